@@ -1,0 +1,449 @@
+"""The Scheduler: every decision about tasks, none of the waiting.
+
+Drivers (threads in real time, simpy in virtual time) ask and obey:
+
+* `claim(worker_id, now, n)` -> `Work(tasks)` or `Idle(until)`; idle until `until` (None:
+  until told of new work).
+* `complete(task, outcome, now)` -> `Completed(task)` or `LostRace(current)`. A retryable
+  error with attempts left goes back to PENDING with a backoff; a task refused by its own
+  downstream's open breaker goes back without using an attempt (DEFER).
+* `cancel` / `cancel_batch`, `expire(now)` (the watchdog), `sweep(now)` (the orphan sweeper),
+  `release(task, now)` (graceful shutdown), `next_wakeup(now)`.
+* `guards[name]` holds the fuses of each downstream; while one's breaker is open, tasks that
+  declared it stay PENDING instead of burning attempts, and half-open probes are real tasks.
+
+Every move goes through `task.move` (the transition table) and `store.swap` (compare-and-set);
+a lost swap is re-read and decided again, never overwritten. Every move is an event.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from itertools import count
+from typing import Any
+
+from taskfuse.core.dag import check_graph
+from taskfuse.core.events import Emitter, Event, EventKind, EventSink
+from taskfuse.core.guard import Guard
+from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
+from taskfuse.core.states import (
+    BAD_ENDINGS,
+    TERMINAL,
+    BatchStatus,
+    TaskEvent,
+    TaskfuseError,
+    TaskStatus,
+    derive_batch_status,
+)
+from taskfuse.core.storeapi import Store
+from taskfuse.core.task import Batch, Outcome, Task, TaskSpec, move
+
+_RUNNING = TaskStatus.RUNNING
+_PENDING = TaskStatus.PENDING
+_MOVE = EventKind.MOVE
+
+
+class SchedulerError(TaskfuseError):
+    """A request the scheduler refuses (bad spec, unknown batch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Run these tasks (already RUNNING for you)."""
+
+    tasks: list[Task]
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing to claim: sleep until `until`, or until told of new work when None."""
+
+    until: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The move was applied; `task` is the new record (PENDING again when retried)."""
+
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class LostRace:
+    """Someone moved the task first (watchdog, cancel, sweeper); `current` is what won."""
+
+    current: Task | None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Defaults and sweeper rules.
+
+    `lease_s`: a RUNNING task whose heartbeat is older than this is an orphan (None: only the
+    2 x timeout rule applies). `max_pending_age_s`: PENDING tasks older than this are
+    CANCELED by the sweeper (None: never).
+    """
+
+    default_timeout: float = 60.0
+    lease_s: float | None = None
+    max_pending_age_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.default_timeout <= 0:
+            raise ValueError(f"default_timeout must be > 0, got {self.default_timeout!r}")
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        policy: RetryPolicy | None = None,
+        policies: Mapping[str, RetryPolicy] | None = None,
+        config: SchedulerConfig | None = None,
+        rng: random.Random | None = None,
+        sinks: Iterable[EventSink] = (),
+        budget: RetryBudget | None = None,
+        ids: Callable[[], str] | None = None,
+    ) -> None:
+        self.store = store
+        self.policy = policy or RetryPolicy()
+        self.policies = dict(policies or {})
+        self.config = config or SchedulerConfig()
+        self.rng = rng if rng is not None else random.Random(0)
+        self.emit = Emitter(list(sinks))
+        self.budget = budget
+        self.guards: dict[str, Guard] = {}
+        self._custom: dict[tuple[str, int], RetryPolicy] = {}  # policies with a task's max_retry
+        seq = count(1)
+        self._new_id = ids or (lambda: f"t{next(seq)}")
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def add_guard(self, guard: Guard) -> Guard:
+        """Register a downstream's fuses; its breaker changes become events."""
+        guard.emit = self.emit
+        if guard.breaker is not None and guard.breaker.listener is None:
+            guard.breaker.listener = guard.breaker_listener
+        self.guards[guard.name] = guard
+        return guard
+
+    def policy_for(self, kind: str) -> RetryPolicy:
+        return self.policies.get(kind, self.policy)
+
+    # -- submitting ------------------------------------------------------------------------
+
+    def _build(self, spec: TaskSpec, now: float, batch_id: str | None) -> Task:
+        policy = self.policy_for(spec.kind)
+        timeout = spec.timeout if spec.timeout is not None else self.config.default_timeout
+        if timeout <= 0:
+            raise SchedulerError(f"task timeout must be > 0, got {timeout!r}")
+        max_retry = spec.max_retry if spec.max_retry is not None else policy.max_retry
+        if max_retry < 0:
+            raise SchedulerError(f"max_retry must be >= 0, got {max_retry!r}")
+        return Task(
+            task_id=spec.task_id or self._new_id(),
+            kind=spec.kind,
+            payload=spec.payload,
+            batch_id=spec.batch_id if spec.batch_id is not None else batch_id,
+            trace_id=spec.trace_id or f"{self.rng.getrandbits(64):016x}",
+            idempotency_key=spec.idempotency_key,
+            depends_on=tuple(spec.depends_on),
+            priority=spec.priority,
+            max_retry=max_retry,
+            timeout=timeout,
+            not_before=spec.not_before,
+            created_at=now,
+            downstreams=tuple(spec.downstreams),
+        )
+
+    def submit(self, spec: TaskSpec, now: float) -> Task:
+        """Submit one task; a duplicate idempotency_key returns the existing task."""
+        return self.submit_many([spec], now)[0]
+
+    def submit_batch(
+        self, specs: Sequence[TaskSpec], now: float, batch_id: str, cap: int | None = None
+    ) -> list[Task]:
+        """Submit a batch whose tasks run at most `cap` at a time (None: no cap)."""
+        if cap is not None and cap < 1:
+            raise SchedulerError(f"batch cap must be >= 1, got {cap!r}")
+        self.store.put_batch(Batch(batch_id, cap, now))
+        return self.submit_many(specs, now, batch_id=batch_id)
+
+    def submit_many(
+        self, specs: Sequence[TaskSpec], now: float, batch_id: str | None = None
+    ) -> list[Task]:
+        """Submit tasks at once; they may form a DAG among themselves and with stored tasks.
+
+        All or nothing: a missing dependency or a cycle refuses the whole submission.
+        """
+        tasks = [self._build(s, now, batch_id) for s in specs]
+        if any(t.depends_on for t in tasks):
+            graph = {t.task_id: t.depends_on for t in tasks}
+            check_graph(graph, lambda tid: self.store.get(tid) is not None)
+        stored = self.store.insert(tasks)
+        emit = self.emit
+        out = []
+        for task, created in stored:
+            out.append(task)
+            if not created:
+                continue
+            if emit.sinks:
+                emit(Event(now, EventKind.SUBMIT, task.task_id, task.batch_id, task.trace_id,
+                           None, _PENDING, None, 1, None))
+            if task.depends_on:
+                self._cancel_if_upstream_failed(task, now)
+        return out
+
+    def _cancel_if_upstream_failed(self, task: Task, now: float) -> None:
+        for dep in task.depends_on:
+            parent = self.store.get(dep)
+            if parent is not None and parent.status in BAD_ENDINGS:
+                reason = f"upstream {dep} ended {parent.status.value}"
+                self._cancel_chain(task.task_id, now, reason, TaskEvent.UPSTREAM_FAILED)
+                return
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def blocked(self, now: float) -> frozenset[str]:
+        """Downstreams whose breaker keeps their tasks PENDING right now."""
+        if not self.guards:
+            return frozenset()
+        return frozenset(name for name, g in self.guards.items() if g.blocks(now))
+
+    def claim(self, worker_id: str, now: float, n: int = 1) -> Work | Idle:
+        tasks = self.store.claim(worker_id, now, n, self.blocked(now))
+        if not tasks:
+            return Idle(self.next_claimable_at(now))
+        emit = self.emit
+        budget = self.budget
+        for task in tasks:
+            if budget is not None:
+                budget.record_attempt(now, task.retry_count == 0)
+            if emit.sinks:
+                emit(Event(now, _MOVE, task.task_id, task.batch_id, task.trace_id, _PENDING,
+                           _RUNNING, "claim", task.retry_count + 1, worker_id))
+        return Work(tasks)
+
+    def next_claimable_at(self, now: float) -> float | None:
+        """When a claim could next succeed without new work arriving (None: never)."""
+        times = [self.store.next_ready_at(now)]
+        times += [
+            g.breaker.reopen_at()
+            for g in self.guards.values()
+            if g.breaker is not None and g.blocks(now)
+        ]
+        due = [t for t in times if t is not None]
+        return min(due) if due else None
+
+    def next_wakeup(self, now: float) -> float | None:
+        """The earliest time anything becomes due: a claim, a deadline, a breaker."""
+        due = [t for t in (self.next_claimable_at(now), self.store.next_deadline()) if t]
+        return min(due) if due else None
+
+    # -- finishing -------------------------------------------------------------------------
+
+    def complete(self, task: Task, outcome: Outcome, now: float) -> Completed | LostRace:
+        """Apply the outcome of the attempt `task` (as claimed) made."""
+        store = self.store
+        current = store.get(task.task_id)
+        if current is None or current.version != task.version or current.status is not _RUNNING:
+            return LostRace(current)
+        new, reason = self._after(current, outcome, now)
+        if not store.swap(new, current.version):
+            return LostRace(store.get(task.task_id))
+        self._moved(current, new, now, reason)
+        return Completed(new)
+
+    def _after(self, task: Task, outcome: Outcome, now: float) -> tuple[Task, str]:
+        if outcome.ok:
+            return move(task, TaskEvent.SUCCEED, now, result=outcome.result), "ok"
+        kind = outcome.error_kind or "error"
+        msg = outcome.error_msg
+        if kind == ErrorKind.BREAKER_OPEN:
+            until = self._reopen_time(task, now)
+            return (
+                move(task, TaskEvent.DEFER, now, not_before=until, error_kind=kind, error_msg=msg),
+                "deferred: breaker open",
+            )
+        decision = self._decide(task, kind, now)
+        if decision.retry:
+            new = move(task, TaskEvent.RETRY, now, not_before=now + decision.delay,
+                       last_delay=decision.delay, error_kind=kind, error_msg=msg)
+            return new, decision.reason
+        return move(task, TaskEvent.FAIL, now, error_kind=kind, error_msg=msg), decision.reason
+
+    def _decide(self, task: Task, kind: str, now: float, timeout: bool = False) -> Any:
+        policy = self.policy_for(task.kind)
+        if policy.max_retry != task.max_retry:
+            key = (task.kind, task.max_retry)
+            policy = self._custom.get(key) or self._custom.setdefault(
+                key, replace(policy, max_retry=task.max_retry)
+            )
+        if timeout:
+            return policy.decide_timeout(
+                task.retry_count, self.rng, task.last_delay, self.budget, now
+            )
+        return policy.decide(task.retry_count, kind, self.rng, task.last_delay, self.budget, now)
+
+    def _reopen_time(self, task: Task, now: float) -> float:
+        times = [
+            self.guards[d].breaker.reopen_at()  # type: ignore[union-attr]
+            for d in task.downstreams
+            if d in self.guards and self.guards[d].breaker is not None
+        ]
+        due = [t for t in times if t is not None and t > now]
+        return min(due) if due else now
+
+    def _moved(self, old: Task, new: Task, now: float, reason: str | None) -> None:
+        """Report a move, and cancel the dependents of a task that ended badly."""
+        if self.emit.sinks:
+            self.emit(Event(now, _MOVE, new.task_id, new.batch_id, new.trace_id, old.status,
+                            new.status, reason, old.retry_count + 1, old.worker_id))
+        if new.status in BAD_ENDINGS:
+            reason = f"upstream {new.task_id} ended {new.status.value}"
+            for child in self.store.dependents(new.task_id):
+                self._cancel_chain(child.task_id, now, reason, TaskEvent.UPSTREAM_FAILED)
+
+    def _apply(
+        self, task_id: str, now: float, decide: Callable[[Task], tuple[Task, str] | None]
+    ) -> Task | None:
+        """Read, decide, compare-and-set; on a lost race re-read and decide again.
+
+        `decide` answers the new record and a reason, or None when nothing is to be done.
+        """
+        store = self.store
+        while True:
+            current = store.get(task_id)
+            if current is None:
+                return None
+            answer = decide(current)
+            if answer is None:
+                return None
+            new, reason = answer
+            if store.swap(new, current.version):
+                self._moved(current, new, now, reason)
+                return new
+
+    def _cancel_chain(self, task_id: str, now: float, reason: str, event: TaskEvent) -> None:
+        def decide(t: Task) -> tuple[Task, str] | None:
+            if t.status in TERMINAL:
+                return None
+            kind = ErrorKind.UPSTREAM_FAILED
+            return move(t, event, now, error_kind=kind, error_msg=reason), reason
+
+        self._apply(task_id, now, decide)
+
+    # -- operator and periodic actions -----------------------------------------------------
+
+    def cancel(self, task_id: str, now: float, reason: str = "canceled") -> Task | None:
+        """Cancel a PENDING or RUNNING task; None if it is unknown or already terminal.
+
+        A RUNNING task changes status now; its worker notices through its context and its
+        late result loses the version check.
+        """
+        def decide(t: Task) -> tuple[Task, str] | None:
+            if t.status in TERMINAL:
+                return None
+            new = move(t, TaskEvent.CANCEL, now, error_kind=ErrorKind.CANCELED, error_msg=reason)
+            return new, reason
+
+        return self._apply(task_id, now, decide)
+
+    def cancel_batch(self, batch_id: str, now: float, reason: str = "batch canceled") -> int:
+        """Cancel every unfinished task of a batch; returns how many moved."""
+        if self.store.get_batch(batch_id) is None and not self.store.counts(batch_id).get(
+            _PENDING
+        ):
+            raise SchedulerError(f"unknown batch {batch_id!r}")
+        live = self.store.batch_tasks(batch_id, (_PENDING, _RUNNING))
+        return sum(1 for t in live if self.cancel(t.task_id, now, reason) is not None)
+
+    def expire(self, now: float) -> list[Task]:
+        """The watchdog: RUNNING past started_at + timeout -> TIMEOUT, or PENDING to retry."""
+        moved = []
+        for task in self.store.overdue(now):
+            new = self._apply(task.task_id, now, partial(self._timeout_move, now=now, seen=task))
+            if new is not None:
+                moved.append(new)
+        return moved
+
+    def _timeout_move(self, t: Task, now: float, seen: Task) -> tuple[Task, str] | None:
+        if t.status is not _RUNNING or t.version != seen.version:
+            return None
+        msg = f"no result within {t.timeout:g}s"
+        decision = self._decide(t, ErrorKind.TIMEOUT, now, timeout=True)
+        if decision.retry:
+            new = move(t, TaskEvent.TIMEOUT_RETRY, now, not_before=now + decision.delay,
+                       last_delay=decision.delay, error_kind=ErrorKind.TIMEOUT, error_msg=msg)
+            return new, decision.reason
+        new = move(t, TaskEvent.TIME_OUT, now, error_kind=ErrorKind.TIMEOUT, error_msg=msg)
+        return new, decision.reason
+
+    def sweep(self, now: float) -> list[Task]:
+        """The orphan sweeper's rules (DESIGN.md), always through the version check."""
+        moved = []
+        for task in self.store.stale_running(now, self.config.lease_s):
+            new = self._apply(task.task_id, now, partial(self._orphan_move, now=now, seen=task))
+            if new is not None:
+                moved.append(new)
+        max_age = self.config.max_pending_age_s
+        if max_age is not None:
+            for task in self.store.pending_created_before(now - max_age):
+                new = self._apply(task.task_id, now, partial(self._expire_move, now=now, seen=task))
+                if new is not None:
+                    moved.append(new)
+        return moved
+
+    def _orphan_move(self, t: Task, now: float, seen: Task) -> tuple[Task, str] | None:
+        if t.status is not _RUNNING or t.version != seen.version:
+            return None
+        msg = "worker crashed or task hung"
+        if t.retry_count < t.max_retry:
+            return (
+                move(t, TaskEvent.ORPHAN_RETRY, now, error_kind=ErrorKind.ORPHANED, error_msg=msg),
+                f"orphaned: retry {t.retry_count + 1} of {t.max_retry}",
+            )
+        return (
+            move(t, TaskEvent.ORPHAN_FAIL, now, error_kind=ErrorKind.ORPHANED, error_msg=msg),
+            "orphaned: attempts exhausted",
+        )
+
+    def _expire_move(self, t: Task, now: float, seen: Task) -> tuple[Task, str] | None:
+        if t.status is not _PENDING or t.version != seen.version:
+            return None
+        msg = f"pending longer than {self.config.max_pending_age_s:g}s"
+        return move(t, TaskEvent.EXPIRE, now, error_kind="expired", error_msg=msg), msg
+
+    def release(self, task: Task, now: float, reason: str = "shutdown") -> Task | None:
+        """Graceful shutdown: hand an unfinished RUNNING task back to PENDING (no attempt)."""
+        def decide(t: Task) -> tuple[Task, str] | None:
+            if t.status is not _RUNNING or t.version != task.version:
+                return None
+            return move(t, TaskEvent.RELEASE, now), reason
+
+        return self._apply(task.task_id, now, decide)
+
+    def heartbeat(self, task: Task, now: float) -> bool:
+        """Renew the worker's lease on a task; False means it is no longer ours (stop)."""
+        return self.store.heartbeat(task.task_id, task.worker_id or "", now)
+
+    def is_cancelled(self, task: Task) -> bool:
+        """Whether the attempt `task` should stop: its record moved on without it."""
+        current = self.store.get(task.task_id)
+        return current is None or current.version != task.version
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def batch_status(self, batch_id: str) -> BatchStatus:
+        counts = self.store.counts(batch_id)
+        if not any(counts.values()) and self.store.get_batch(batch_id) is None:
+            raise SchedulerError(f"unknown batch {batch_id!r}")
+        return derive_batch_status(counts)
+
+    def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
+        return self.store.counts(batch_id)
+

@@ -1,0 +1,339 @@
+"""MemoryStore: the Store protocol in process memory, the lab's default and the tests' oracle.
+
+It keeps the indexes a database would: ready queues ("lanes") per (batch, downstreams) as
+heaps keyed (-priority, ready_at, seq), a heap of tasks waiting out a backoff keyed by
+not_before (so claims never pop and re-push delayed entries), a deadline heap for the
+watchdog, and per-task counts of unfinished dependencies (graphlib's way). Heap entries
+carry the version they were pushed at; an entry whose task has moved on is stale and is
+dropped when met. Every status change goes through `swap`, the compare-and-set.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from itertools import count
+
+from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
+from taskfuse.core.task import Batch, Task, move
+
+_PENDING = TaskStatus.PENDING
+_RUNNING = TaskStatus.RUNNING
+_SUCCESS = TaskStatus.SUCCESS
+
+LaneKey = tuple[str | None, tuple[str, ...]]
+
+
+class StoreError(TaskfuseError):
+    """A store refused an operation (bad input, broken invariant of the caller)."""
+
+
+class MemoryStore:
+    """All tasks in dicts and heaps. Not thread-safe: the threaded runtime locks around it."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}
+        self._by_key: dict[str, str] = {}
+        self._by_trace: dict[str, list[str]] = defaultdict(list)
+        self._children: dict[str, list[str]] = defaultdict(list)
+        self._unmet: dict[str, int] = {}
+        self._lanes: dict[LaneKey, list[tuple[int, float, int, str, int]]] = {}
+        self._delayed: list[tuple[float, int, str, int]] = []
+        self._deadlines: list[tuple[float, int, str, int]] = []
+        self._pending_age: list[tuple[float, int, str, int]] = []
+        self._track_age = False  # the age heap is built on the first sweep that asks for it
+        self._running: dict[str, None] = {}
+        self._counts: dict[TaskStatus, int] = dict.fromkeys(TaskStatus, 0)
+        self._batch_counts: dict[str, dict[TaskStatus, int]] = {}
+        self._batches: dict[str, Batch] = {}
+        self._caps: dict[str, int] = {}
+        self._seq = count()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def insert(self, tasks: Sequence[Task]) -> list[tuple[Task, bool]]:
+        fresh = [t for t in tasks if not (t.idempotency_key and t.idempotency_key in self._by_key)]
+        ids = [t.task_id for t in fresh]
+        clash = next((i for i in ids if i in self._tasks), None)
+        if clash is not None or len(set(ids)) != len(ids):
+            raise StoreError(f"task_id {clash or 'in batch'!r} already exists")
+        out: list[tuple[Task, bool]] = []
+        for task in tasks:
+            key = task.idempotency_key
+            if key and key in self._by_key:
+                out.append((self._tasks[self._by_key[key]], False))
+                continue
+            if key:
+                self._by_key[key] = task.task_id
+            self._add(task)
+            out.append((task, True))
+        return out
+
+    def _add(self, task: Task) -> None:
+        tid = task.task_id
+        self._tasks[tid] = task
+        self._by_trace[task.trace_id].append(tid)
+        self._count(task.batch_id, task.status, 1)
+        if task.depends_on:
+            unmet = 0
+            for dep in task.depends_on:
+                self._children[dep].append(tid)
+                parent = self._tasks.get(dep)
+                if parent is None or parent.status is not _SUCCESS:
+                    unmet += 1
+            self._unmet[tid] = unmet
+        if task.status is _PENDING:
+            self._enter_pending(task)
+
+    def swap(self, new: Task, expected_version: int) -> bool:
+        old = self._tasks.get(new.task_id)
+        if old is None or old.version != expected_version:
+            return False
+        self._tasks[new.task_id] = new
+        src, dst = old.status, new.status
+        if src is not dst:
+            self._count(new.batch_id, src, -1)
+            self._count(new.batch_id, dst, 1)
+            if src is _RUNNING:
+                self._running.pop(new.task_id, None)
+            if dst is _RUNNING:
+                self._running[new.task_id] = None
+                if new.started_at is not None:
+                    heapq.heappush(
+                        self._deadlines,
+                        (new.started_at + new.timeout, next(self._seq), new.task_id, new.version),
+                    )
+            elif dst is _PENDING:
+                self._enter_pending(new)
+            elif dst is _SUCCESS:
+                self._release_children(new.task_id)
+        return True
+
+    def _enter_pending(self, task: Task) -> None:
+        seq = next(self._seq)
+        if self._track_age:
+            heapq.heappush(self._pending_age, (task.created_at, seq, task.task_id, task.version))
+        if self._unmet.get(task.task_id):
+            return
+        if task.not_before is not None:
+            heapq.heappush(self._delayed, (task.not_before, seq, task.task_id, task.version))
+        else:
+            self._push_ready(task, task.created_at, seq)
+
+    def _push_ready(self, task: Task, ready_at: float, seq: int) -> None:
+        lane = (task.batch_id, task.downstreams)
+        heap = self._lanes.get(lane)
+        if heap is None:
+            heap = self._lanes[lane] = []
+        heapq.heappush(heap, (-task.priority, ready_at, seq, task.task_id, task.version))
+
+    def _release_children(self, task_id: str) -> None:
+        for child_id in self._children.get(task_id, ()):
+            left = self._unmet.get(child_id, 0) - 1
+            self._unmet[child_id] = left
+            child = self._tasks[child_id]
+            if left == 0 and child.status is _PENDING:
+                self._unmet.pop(child_id)
+                if child.not_before is not None:
+                    heapq.heappush(
+                        self._delayed,
+                        (child.not_before, next(self._seq), child_id, child.version),
+                    )
+                else:
+                    self._push_ready(child, child.created_at, next(self._seq))
+
+    def _count(self, batch_id: str | None, status: TaskStatus, delta: int) -> None:
+        self._counts[status] += delta
+        if batch_id is not None:
+            per = self._batch_counts.get(batch_id)
+            if per is None:
+                per = self._batch_counts[batch_id] = dict.fromkeys(TaskStatus, 0)
+            per[status] += delta
+
+    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
+        task = self._tasks.get(task_id)
+        if task is None or task.status is not _RUNNING or task.worker_id != worker_id:
+            return False
+        renewed = task.copy()
+        renewed.heartbeat_at = now
+        self._tasks[task_id] = renewed
+        return True
+
+    def put_batch(self, batch: Batch) -> Batch:
+        existing = self._batches.get(batch.batch_id)
+        if existing is not None:
+            return existing
+        self._batches[batch.batch_id] = batch
+        self._batch_counts.setdefault(batch.batch_id, dict.fromkeys(TaskStatus, 0))
+        if batch.cap is not None:
+            self._caps[batch.batch_id] = batch.cap
+        return batch
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def claim(
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+    ) -> list[Task]:
+        self._promote(now)
+        claimed: list[Task] = []
+        tasks = self._tasks
+        while len(claimed) < limit:
+            lane = self._best_lane(blocked)
+            if lane is None:
+                break
+            heap = self._lanes[lane]
+            _, _, _, task_id, _ = heapq.heappop(heap)
+            if not heap:
+                del self._lanes[lane]
+            task = tasks[task_id]
+            new = move(task, TaskEvent.CLAIM, now, worker_id=worker_id)
+            self.swap(new, task.version)
+            claimed.append(new)
+        return claimed
+
+    def _promote(self, now: float) -> None:
+        """Move tasks whose backoff has passed from the delayed heap to their ready lane."""
+        delayed = self._delayed
+        tasks = self._tasks
+        while delayed and delayed[0][0] <= now:
+            not_before, seq, task_id, version = heapq.heappop(delayed)
+            task = tasks[task_id]
+            if task.version == version and task.status is _PENDING:
+                self._push_ready(task, not_before, seq)
+
+    def _best_lane(self, blocked: frozenset[str]) -> LaneKey | None:
+        """The lane whose head goes first among lanes not capped or blocked; drops stale heads."""
+        best: LaneKey | None = None
+        best_head = None
+        caps = self._caps
+        tasks = self._tasks
+        for lane, heap in list(self._lanes.items()):
+            batch_id, downstreams = lane
+            if batch_id in caps and self._batch_counts[batch_id][_RUNNING] >= caps[batch_id]:
+                continue
+            if blocked and downstreams and not blocked.isdisjoint(downstreams):
+                continue
+            while heap:
+                head = heap[0]
+                task = tasks[head[3]]
+                if task.version == head[4] and task.status is _PENDING:
+                    break
+                heapq.heappop(heap)
+            if not heap:
+                del self._lanes[lane]
+                continue
+            if best_head is None or heap[0] < best_head:
+                best, best_head = lane, heap[0]
+        return best
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> Task | None:
+        return self._tasks.get(task_id)
+
+    def find(self, id_or_trace: str) -> list[Task]:
+        found = [self._tasks[i] for i in self._by_trace.get(id_or_trace, ())]
+        task = self._tasks.get(id_or_trace)
+        if task is not None and task not in found:
+            found.insert(0, task)
+        return found
+
+    def overdue(self, now: float) -> list[Task]:
+        heap = self._deadlines
+        tasks = self._tasks
+        out: list[Task] = []
+        while heap and heap[0][0] < now:
+            _, _, task_id, version = heapq.heappop(heap)
+            task = tasks[task_id]
+            if task.version == version and task.status is _RUNNING:
+                out.append(task)
+        return out
+
+    def next_deadline(self) -> float | None:
+        heap = self._deadlines
+        tasks = self._tasks
+        while heap:
+            deadline, _, task_id, version = heap[0]
+            task = tasks[task_id]
+            if task.version == version and task.status is _RUNNING:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
+    def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
+        out = []
+        for task_id in self._running:
+            task = self._tasks[task_id]
+            started = task.started_at if task.started_at is not None else now
+            lapsed = (
+                lease_s is not None
+                and task.heartbeat_at is not None
+                and task.heartbeat_at + lease_s < now
+            )
+            if lapsed or started + 2 * task.timeout < now:
+                out.append(task)
+        return out
+
+    def pending_created_before(self, cutoff: float) -> list[Task]:
+        if not self._track_age:
+            self._track_age = True
+            self._pending_age = [
+                (t.created_at, next(self._seq), t.task_id, t.version)
+                for t in self._tasks.values()
+                if t.status is _PENDING
+            ]
+            heapq.heapify(self._pending_age)
+        heap = self._pending_age
+        tasks = self._tasks
+        out: list[Task] = []
+        while heap and heap[0][0] < cutoff:
+            _, _, task_id, version = heapq.heappop(heap)
+            task = tasks[task_id]
+            if task.version == version and task.status is _PENDING:
+                out.append(task)
+        return out
+
+    def next_ready_at(self, now: float) -> float | None:
+        delayed = self._delayed
+        tasks = self._tasks
+        while delayed:
+            not_before, _, task_id, version = delayed[0]
+            task = tasks[task_id]
+            if task.version == version and task.status is _PENDING:
+                return max(not_before, now)
+            heapq.heappop(delayed)
+        return None
+
+    def dependents(self, task_id: str) -> list[Task]:
+        return [self._tasks[c] for c in self._children.get(task_id, ())]
+
+    def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
+        if batch_id is None:
+            return dict(self._counts)
+        return dict(self._batch_counts.get(batch_id) or dict.fromkeys(TaskStatus, 0))
+
+    def get_batch(self, batch_id: str) -> Batch | None:
+        return self._batches.get(batch_id)
+
+    def batch_ids(self) -> list[str]:
+        return list(self._batch_counts)
+
+    def batch_tasks(
+        self, batch_id: str, statuses: Iterable[TaskStatus] | None = None
+    ) -> list[Task]:
+        wanted = set(statuses) if statuses is not None else None
+        return [
+            t
+            for t in self._tasks.values()
+            if t.batch_id == batch_id and (wanted is None or t.status in wanted)
+        ]
+
+    def running(self) -> list[Task]:
+        return [self._tasks[i] for i in self._running]
+
+    def all_tasks(self) -> list[Task]:
+        return list(self._tasks.values())
+
+    def __len__(self) -> int:
+        return len(self._tasks)

@@ -1,0 +1,106 @@
+"""The Store contract, run against every store (memory here; SQLite and PostgreSQL join it).
+
+Each store must: dedupe on idempotency_key, refuse a stale compare-and-set without writing,
+claim in priority / readiness / submission order, hold back not_before, unmet dependencies,
+capped batches and blocked downstreams, and answer the watchdog's and sweeper's queries.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.task import Batch, Task, move
+from taskfuse.store.memory import MemoryStore
+
+STORES = {"memory": MemoryStore}
+
+
+@pytest.fixture(params=sorted(STORES))
+def store(request):
+    made = STORES[request.param]()
+    yield made
+    close = getattr(made, "close", None)
+    if close:
+        close()
+
+
+def T(task_id: str, **kw) -> Task:
+    kw.setdefault("trace_id", f"tr-{task_id}")
+    return Task(task_id=task_id, kind="k", **kw)
+
+
+def test_insert_dedupes_on_idempotency_key(store) -> None:
+    [(_, created)] = store.insert([T("a", idempotency_key="sku-1")])
+    assert created
+    [(again, created)] = store.insert([T("b", idempotency_key="sku-1")])
+    assert not created and again.task_id == "a"
+    assert store.get("b") is None
+    assert store.counts()[TaskStatus.PENDING] == 1
+
+
+def test_stale_swap_loses_and_writes_nothing(store) -> None:
+    store.insert([T("a")])
+    task = store.get("a")
+    winner = move(task, TaskEvent.CANCEL, 1.0)
+    loser = move(task, TaskEvent.CLAIM, 1.0, worker_id="w")
+    assert store.swap(winner, task.version)
+    assert not store.swap(loser, task.version)
+    assert store.get("a").status is TaskStatus.CANCELED
+    assert store.counts()[TaskStatus.RUNNING] == 0
+
+
+def test_claim_order_priority_then_readiness_then_submission(store) -> None:
+    store.insert([T("low", priority=0, created_at=0), T("high", priority=5, created_at=2),
+                  T("mid1", priority=1, created_at=1), T("mid0", priority=1, created_at=1)])
+    got = [t.task_id for t in store.claim("w", 3.0, 10)]
+    assert got == ["high", "mid1", "mid0", "low"]
+    assert all(t.status is TaskStatus.RUNNING for t in map(store.get, got))
+
+
+def test_claim_holds_back_not_before_and_reports_it(store) -> None:
+    store.insert([T("later", not_before=10.0)])
+    assert store.claim("w", 5.0, 1) == []
+    assert store.next_ready_at(5.0) == 10.0
+    assert [t.task_id for t in store.claim("w", 10.0, 1)] == ["later"]
+
+
+def test_claim_waits_for_dependencies(store) -> None:
+    store.insert([T("up"), T("down", depends_on=("up",))])
+    [up] = store.claim("w", 1.0, 5)
+    assert up.task_id == "up"
+    assert store.claim("w", 1.0, 5) == []
+    assert store.swap(move(up, TaskEvent.SUCCEED, 2.0), up.version)
+    assert [t.task_id for t in store.claim("w", 3.0, 5)] == ["down"]
+
+
+def test_claim_respects_batch_cap_and_blocked_downstreams(store) -> None:
+    store.put_batch(Batch("b", cap=1))
+    store.insert([T("b1", batch_id="b"), T("b2", batch_id="b"),
+                  T("api", downstreams=("partner",))])
+    first = store.claim("w", 1.0, 5, frozenset({"partner"}))
+    assert [t.task_id for t in first] == ["b1"]
+    assert [t.task_id for t in store.claim("w", 1.0, 5)] == ["api"]
+
+
+def test_watchdog_and_sweeper_queries(store) -> None:
+    store.insert([T("a", timeout=2.0), T("b", timeout=100.0)])
+    assert len(store.claim("w", 0.0, 2)) == 2
+    assert store.next_deadline() == 2.0
+    assert [t.task_id for t in store.overdue(2.5)] == ["a"]
+    assert store.heartbeat("b", "w", 50.0)
+    assert not store.heartbeat("b", "someone-else", 50.0)
+    stale = lambda now, lease: sorted(t.task_id for t in store.stale_running(now, lease))  # noqa: E731
+    assert stale(52.0, 5.0) == ["a"]  # a: older than 2 x timeout; b: renewed its lease at 50
+    assert stale(60.0, 5.0) == ["a", "b"]  # b's lease lapsed
+    assert stale(60.0, None) == ["a"]  # without leases only the 2 x timeout rule applies
+
+
+def test_find_by_trace_and_counts_by_batch(store) -> None:
+    store.put_batch(Batch("b"))
+    store.insert([T("a", batch_id="b", trace_id="trace-x"), T("c", trace_id="trace-x")])
+    assert {t.task_id for t in store.find("trace-x")} == {"a", "c"}
+    assert [t.task_id for t in store.find("a")] == ["a"]
+    assert store.counts("b")[TaskStatus.PENDING] == 1
+    assert [t.task_id for t in store.batch_tasks("b")] == ["a"]
+    assert [t.task_id for t in store.pending_created_before(1.0)] in (["a", "c"], ["c", "a"])
