@@ -11,10 +11,39 @@ from urllib.parse import urlsplit, urlunsplit
 
 from taskfuse.core.states import TaskfuseError
 from taskfuse.core.storeapi import Store
+from taskfuse.store.memory import StoreError
+
+__all__ = [
+    "PayloadError",
+    "StoreError",
+    "StoreURLError",
+    "StoreUnavailable",
+    "open_store",
+    "redact_url",
+]
 
 
 class StoreURLError(TaskfuseError):
     """A store URL that names no store we have, or cannot be opened."""
+
+
+class PayloadError(StoreError):
+    """A payload or result that cannot be stored as JSON; nothing was written.
+
+    Raised before any write, so a submission either lands whole or not at all.
+    """
+
+    def __init__(self, task_id: str, what: str, cause: Exception) -> None:
+        self.task_id = task_id
+        self.what = what
+        super().__init__(f"task {task_id!r}: {what} cannot be stored as JSON: {cause}")
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached (or kept failing) for longer than the retry budget.
+
+    The message names the store by its redacted URL: credentials never reach logs or traces.
+    """
 
 
 def redact_url(url: str) -> str:
@@ -37,11 +66,11 @@ def open_store(url: str) -> Store:
 
         return MemoryStore()
     if scheme == "sqlite":
-        from taskfuse.store.sqlite import SQLiteStore  # type: ignore[import-not-found]
+        from taskfuse.store.sqlite import SQLiteStore
 
         return SQLiteStore.from_url(url)
     if scheme in ("postgresql", "postgres"):
-        from taskfuse.store.postgres import PostgresStore  # type: ignore[import-not-found]
+        from taskfuse.store.postgres import PostgresStore
 
         return PostgresStore.from_url(url)
     raise StoreURLError(

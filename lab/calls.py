@@ -1,0 +1,155 @@
+"""Calls to a downstream from inside a task: the client side, in virtual time.
+
+Each call asks the downstream's core Guard (breaker -> bulkhead -> client token bucket) and
+obeys: go, sleep the pacing wait, wait for a bulkhead turn, or give up (breaker open: the
+task is deferred without using an attempt). Failures are retried per the client's
+RetryPolicy, sleeping while still holding whatever the task holds (its DB connection, in
+the incident). Counters here feed the report and the timeline.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from lab.model.provider import HTTP_429, TIMEOUT, Provider
+from lab.scenario import Downstream as DownstreamSpec
+from taskfuse.core.events import Event, EventKind
+from taskfuse.core.guard import GO, QUEUED, Guard, Pace, Rejected
+from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
+from taskfuse.core.task import Task
+
+
+class Waiter:
+    """A bulkhead queue entry; its simpy event is made only when it really has to wait."""
+
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event: simpy.Event | None = None
+
+
+class Downstream:
+    """Client side of one downstream: guard, retry policy, counters."""
+
+    def __init__(
+        self, env: simpy.Environment, name: str, spec: DownstreamSpec, guard: Guard,
+        provider: Provider, retry_rng: random.Random, emit: Callable[[Event], None],
+    ) -> None:
+        self.env = env
+        self.name = name
+        self.spec = spec
+        self.guard = guard
+        self.provider = provider
+        self.timeout = spec.client.timeout_s
+        self.policy: RetryPolicy = spec.client.retry.build()
+        self.budget: RetryBudget | None = (
+            spec.client.retry_budget.build() if spec.client.retry_budget else None
+        )
+        self.rng = retry_rng
+        self.emit = emit
+        self.calls = 0
+        self.ok = 0
+        self.r429 = 0
+        self.errors = 0
+        self.timeouts = 0
+        self.retries = 0
+        self.rejected = 0
+        self.paced = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.per_second: dict[int, int] = {}
+        self.latencies: list[float] = []
+
+    def call(self, held: list[Any], task: Task) -> Generator[simpy.Event, Any, str | None]:
+        """One logical call with its retries; None on success, else the final error kind.
+
+        `held` is the task's list of things to give back if its worker dies mid-call.
+        """
+        env = self.env
+        retry = 0
+        previous: float | None = None
+        while True:
+            if self.budget is not None:
+                self.budget.record_attempt(env.now, retry == 0)
+            error = yield from self._attempt(held)
+            if error is None:
+                return None
+            self.emit(Event(env.now, EventKind.CALL, task.task_id, task.batch_id, None, None,
+                            None, error, task.retry_count + 1, task.worker_id, self.name,
+                            float(retry)))
+            if error == ErrorKind.BREAKER_OPEN:
+                return error
+            decision = self.policy.decide(retry, error, self.rng, previous, self.budget, env.now)
+            if not decision.retry:
+                return error
+            self.retries += 1
+            retry += 1
+            previous = decision.delay
+            if decision.delay > 0:
+                yield env.timeout(decision.delay)
+
+    def _attempt(self, held: list[Any]) -> Generator[simpy.Event, Any, str | None]:
+        env = self.env
+        guard = self.guard
+        waiter = Waiter()
+        answer = guard.admit(waiter, env.now)
+        if answer is not GO:
+            if answer is QUEUED:
+                waiter.event = env.event()
+                held.append(("queued", self, waiter))
+                yield waiter.event
+                held.pop()
+                answer = guard.resume(env.now)
+            elif isinstance(answer, Rejected):
+                self.rejected += 1
+                return ErrorKind.BREAKER_OPEN
+            if isinstance(answer, Pace):
+                self.paced += 1
+                held.append(("paced", self, waiter))
+                yield env.timeout(answer.wait)
+                held.pop()
+        held.append(("inflight", self, waiter))
+        start = env.now
+        self._sent(start)
+        error = yield from self.provider.request(self.timeout)
+        held.pop()
+        self._received(error, env.now - start)
+        for woken in guard.record(env.now, error is None, env.now - start):
+            woken.event.succeed()
+        return error
+
+    def _sent(self, now: float) -> None:
+        self.calls += 1
+        self.in_flight += 1
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
+        second = int(now)
+        self.per_second[second] = self.per_second.get(second, 0) + 1
+
+    def _received(self, error: str | None, latency: float) -> None:
+        self.in_flight -= 1
+        if error is None:
+            self.ok += 1
+            self.latencies.append(latency)
+        elif error == HTTP_429:
+            self.r429 += 1
+        elif error == TIMEOUT:
+            self.timeouts += 1
+        else:
+            self.errors += 1
+
+    def abandon(self, kind: str, waiter: Waiter) -> None:
+        """The task's worker died queued, pacing or mid-request: give back what it held."""
+        if kind == "inflight":
+            self.in_flight -= 1
+        woken = self.guard.abandon(waiter, queued=kind == "queued")
+        if woken is not None:
+            woken.event.succeed()
+
+    @property
+    def peak_rps(self) -> int:
+        return max(self.per_second.values(), default=0)

@@ -1,0 +1,132 @@
+"""User-facing traffic that needs a connection from a (possibly shared) DB pool.
+
+Requests arrive as a Poisson stream (its rate may change on a schedule), each runs one query
+on the pool, and a gateway in front gives up after `gateway_timeout_s`. The backend does not
+learn that the gateway gave up: the request keeps its place in the pool's queue until it gets
+a connection or the pool's own acquire timeout, exactly as a real thread would. The gateway
+has its own circuit breaker (the core's class): when requests keep failing it opens and
+refuses traffic at once — the "module fused by the gateway" of the incident.
+
+Requests are callbacks, not processes: a request that finds a free connection costs one simpy
+event (its query), one that waits costs three.
+"""
+
+from __future__ import annotations
+
+import random
+
+import simpy
+
+from lab.model.pool import Pool
+from lab.scenario import Business as BusinessSpec
+from taskfuse.core.breaker import CircuitBreaker
+
+
+class BusinessTraffic:
+    def __init__(
+        self, env: simpy.Environment, spec: BusinessSpec, pool: Pool,
+        arrival_rng: random.Random, query_rng: random.Random,
+        breaker: CircuitBreaker | None,
+    ) -> None:
+        self.env = env
+        self.spec = spec
+        self.pool = pool
+        self.expo = arrival_rng.expovariate
+        self.query = spec.query.sampler(query_rng)
+        self.breaker = breaker
+        self.timeout = spec.gateway_timeout_s
+        self.steps = sorted((s.at_s, s.rate) for s in spec.schedule)
+        self.latencies: list[float] = []  # what the gateway saw, timeouts as the timeout
+        self.times: list[float] = []  # when each latency was observed
+        self.requests = 0
+        self.timeouts = 0
+        self.errors = 0
+        self.rejected = 0
+        self.stopped = False
+
+    def rate_at(self, now: float) -> float:
+        rate = self.spec.rate
+        for at, r in self.steps:
+            if at <= now:
+                rate = r
+        return rate
+
+    def next_change(self, now: float) -> float | None:
+        return next((at for at, _ in self.steps if at > now), None)
+
+    def run(self):  # type: ignore[no-untyped-def]
+        """The arrival process: Poisson gaps at the current rate, jumping at rate changes."""
+        env = self.env
+        while not self.stopped:
+            now = env.now
+            rate = self.rate_at(now)
+            change = self.next_change(now)
+            if rate <= 0:
+                if change is None:
+                    return
+                yield env.timeout(change - now)
+                continue
+            gap = self.expo(rate)
+            if change is not None and now + gap >= change:
+                yield env.timeout(change - now)  # memoryless: redraw at the new rate
+                continue
+            yield env.timeout(gap)
+            if not self.stopped:
+                self.arrive()
+
+    def arrive(self) -> None:
+        env = self.env
+        now = env.now
+        breaker = self.breaker
+        if breaker is not None and not breaker.allow(now):
+            self.rejected += 1
+            return
+        self.requests += 1
+        pool = self.pool
+        if pool.outages and pool.down(now):
+            self._observe(now, 0.0, ok=False)
+            return
+        query = self.query()
+        if pool.bulkhead.try_acquire_nowait():
+            pool.waits.append(0.0)
+            env.timeout(query).callbacks.append(lambda _: self._done(now))
+            return
+        request = {"answered": False}
+        waiter = pool.wait_event(now)
+        waiter.callbacks.append(lambda ev: self._granted(ev, now, query, request))
+        env.timeout(self.timeout).callbacks.append(lambda _: self._gateway_gives_up(now, request))
+
+    def _granted(self, ev: simpy.Event, start: float, query: float, request: dict) -> None:
+        if not ev.value:  # the pool's acquire timeout: an error response
+            self._answer(start, request, ok=False)
+            return
+        self.env.timeout(query).callbacks.append(lambda _: self._done(start, request))
+
+    def _done(self, start: float, request: dict | None = None) -> None:
+        self.pool.release()
+        if request is None:
+            self._observe(start, self.env.now - start, ok=True)
+        else:
+            self._answer(start, request, ok=True)
+
+    def _answer(self, start: float, request: dict, ok: bool) -> None:
+        if request["answered"]:
+            return  # the gateway already gave up on it
+        request["answered"] = True
+        self._observe(start, self.env.now - start, ok=ok)
+
+    def _gateway_gives_up(self, start: float, request: dict) -> None:
+        if request["answered"]:
+            return
+        request["answered"] = True
+        self.timeouts += 1
+        self._observe(start, self.timeout, ok=False)
+
+    def _observe(self, start: float, latency: float, ok: bool) -> None:
+        now = self.env.now
+        self.latencies.append(latency)
+        self.times.append(now)
+        if not ok:
+            self.errors += 1
+        if self.breaker is not None:
+            self.breaker.record(now, ok, latency)

@@ -1,0 +1,587 @@
+"""Scenario files: YAML in, a validated, immutable `Scenario` out — or one clear line.
+
+Models are strict (`extra="forbid"`): an unknown key is an error, never silently dropped.
+Errors name the file, the line, the key path and what was expected. `--set a.b=v` edits
+the raw document before validation, so overrides get the very same checks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+
+from lab.dist import Constant, DistSpec, as_dist
+from taskfuse.core.breaker import BreakerConfig
+from taskfuse.core.retry import Backoff, RetryBudget, RetryPolicy
+
+Dist = Annotated[DistSpec, BeforeValidator(as_dist)]
+PosFloat = Annotated[float, Field(gt=0)]
+NonNeg = Annotated[float, Field(ge=0)]
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be used; the message is the one line a user sees."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- policies ------------------------------------------------------------------------------
+
+
+class BackoffSpec(Strict):
+    """Delay before retry k: none -> 0; fixed -> base; exponential -> base * multiplier^(k-1),
+    capped at cap; then jitter: none, full (uniform 0..d), equal (d/2 + uniform 0..d/2),
+    decorrelated (uniform base..3 x previous, capped)."""
+
+    kind: Literal["none", "fixed", "exponential"] = "exponential"
+    base: NonNeg = 0.1
+    cap: NonNeg = 30.0
+    multiplier: Annotated[float, Field(ge=1)] = 2.0
+    jitter: Literal["none", "full", "equal", "decorrelated"] = "full"
+
+    @model_validator(mode="after")
+    def _cap(self) -> BackoffSpec:
+        if self.cap < self.base:
+            raise ValueError(f"cap must be >= base (got cap={self.cap!r}, base={self.base!r})")
+        return self
+
+    def build(self) -> Backoff:
+        return Backoff(self.kind, self.base, self.cap, self.multiplier, self.jitter)  # type: ignore[arg-type]
+
+
+class BudgetSpec(Strict):
+    """Retries may be at most `ratio` of recent first attempts (+ min_per_s x window_s)."""
+
+    ratio: NonNeg = 0.1
+    window_s: PosFloat = 10.0
+    min_per_s: NonNeg = 1.0
+
+    def build(self) -> RetryBudget:
+        return RetryBudget(self.ratio, self.window_s, self.min_per_s)
+
+
+class RetrySpec(Strict):
+    """How failures are retried: attempts = max_retry + 1."""
+
+    max_retry: Annotated[int, Field(ge=0)] = 3
+    backoff: BackoffSpec = BackoffSpec()
+    retryable: list[str] | None = None
+    fatal: list[str] | None = None
+    retry_timeouts: bool = True
+    budget: BudgetSpec | None = None
+
+    def build(self) -> RetryPolicy:
+        kw: dict[str, Any] = {}
+        if self.retryable is not None:
+            kw["retryable"] = frozenset(self.retryable)
+        if self.fatal is not None:
+            kw["fatal"] = frozenset(self.fatal)
+        return RetryPolicy(self.max_retry, self.backoff.build(), retry_timeouts=self.retry_timeouts,
+                           **kw)
+
+
+class BreakerSpec(Strict):
+    """Open when failures / calls >= failure_rate over the window (after minimum_calls);
+    half-open after open_wait_s, letting half_open_probes calls through."""
+
+    failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
+    window: Literal["count", "time"] = "count"
+    window_size: PosFloat = 20
+    minimum_calls: Annotated[int, Field(ge=1)] = 10
+    open_wait_s: PosFloat = 5.0
+    half_open_probes: Annotated[int, Field(ge=1)] = 3
+    slow_call_s: PosFloat | None = None
+
+    def build(self) -> BreakerConfig:
+        return BreakerConfig(**self.model_dump())
+
+
+class AdaptiveSpec(Strict):
+    """Let the bulkhead's size follow observed latency and errors, within [min, max]."""
+
+    kind: Literal["aimd", "gradient2", "vegas"] = "aimd"
+    min: Annotated[int, Field(ge=1)] = 1
+    max: Annotated[int, Field(ge=1)] = 100
+    initial: Annotated[int, Field(ge=1)] | None = None
+    latency_threshold_s: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AdaptiveSpec:
+        if self.max < self.min:
+            raise ValueError(f"max must be >= min (got min={self.min!r}, max={self.max!r})")
+        return self
+
+
+class RateSpec(Strict):
+    rate: PosFloat
+    burst: Annotated[float, Field(ge=1)] = 1.0
+
+
+# -- the world -----------------------------------------------------------------------------
+
+
+class Window(Strict):
+    start_s: NonNeg
+    end_s: NonNeg
+
+    @model_validator(mode="after")
+    def _order(self) -> Window:
+        if self.end_s <= self.start_s:
+            raise ValueError(
+                f"end_s must be > start_s (got start_s={self.start_s!r}, end_s={self.end_s!r})"
+            )
+        return self
+
+
+class Outage(Window):
+    """The provider is down: it answers `error` after `latency_s`, or hangs (mode: hang)
+    until the client's timeout (or the window's end)."""
+
+    mode: Literal["error", "hang"] = "error"
+    error: str = "http_503"
+    latency_s: NonNeg = 0.005
+
+
+class Slowdown(Window):
+    """Service times are multiplied by factor inside the window (2 = half speed)."""
+
+    factor: Annotated[float, Field(ge=1)] = 2.0
+
+
+class Capacity(Strict):
+    """c servers with a FIFO queue in front: latency = queueing + service, so it grows
+    with load. Without it, latency is drawn independently of load."""
+
+    servers: Annotated[int, Field(ge=1)]
+    service: Dist
+
+
+class Provider(Strict):
+    """The other side of a downstream: its own limit, latency, errors and outages."""
+
+    rate: PosFloat | None = None
+    burst: Annotated[float, Field(ge=1)] | None = None
+    reject_latency_s: NonNeg = 0.01
+    latency: Dist = Constant(value=0.1)
+    capacity: Capacity | None = None
+    errors: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
+    outages: list[Outage] = Field(default_factory=list)
+    slowdowns: list[Slowdown] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _errors_sum(self) -> Provider:
+        total = sum(self.errors.values())
+        if total > 1:
+            raise ValueError(f"error rates must sum to <= 1, got {total:g}")
+        return self
+
+
+class Client(Strict):
+    """Our side of a downstream: the fuses we put around calls to it."""
+
+    timeout_s: PosFloat | None = None
+    bulkhead: Annotated[int, Field(ge=1)] | None = None
+    rate_limit: RateSpec | None = None
+    breaker: BreakerSpec | None = None
+    adaptive: AdaptiveSpec | None = None
+    retry: RetrySpec = RetrySpec(max_retry=0)
+    retry_budget: BudgetSpec | None = None
+
+    @model_validator(mode="after")
+    def _adaptive_needs_bulkhead(self) -> Client:
+        if self.adaptive is not None and self.bulkhead is None:
+            raise ValueError("adaptive needs a bulkhead (its initial size)")
+        return self
+
+
+class Downstream(Strict):
+    provider: Provider = Provider()
+    client: Client = Client()
+    safety_factor: Annotated[float, Field(gt=0, le=1)] = 0.7
+
+
+class Pool(Strict):
+    """A DB connection pool: FIFO waiting, and a wait longer than acquire_timeout_s fails."""
+
+    size: Annotated[int, Field(ge=1)]
+    acquire_timeout_s: PosFloat = 30.0
+    outages: list[Window] = Field(default_factory=list)
+
+
+class RateStep(Strict):
+    at_s: NonNeg
+    rate: NonNeg
+
+
+class Business(Strict):
+    """User-facing requests sharing (or not) a pool: Poisson arrivals, a query each, a
+    gateway that gives up after gateway_timeout_s and has its own breaker."""
+
+    pool: str
+    rate: NonNeg
+    schedule: list[RateStep] = Field(default_factory=list)
+    query: Dist
+    gateway_timeout_s: PosFloat = 5.0
+    breaker: BreakerSpec | None = None
+
+
+# -- the work ------------------------------------------------------------------------------
+
+
+class WorkStep(Strict):
+    work: Dist
+
+
+class DbSpec(Strict):
+    pool: str
+    query: Dist
+    hold: Literal["query_only", "whole_task"] = "query_only"
+
+
+class DbStep(Strict):
+    db: DbSpec
+
+
+class CallSpec(Strict):
+    downstream: str
+    count: Dist = Constant(value=1)
+
+
+class CallStep(Strict):
+    call: CallSpec
+
+
+def _step_tag(value: Any) -> str | None:
+    """Which kind of step a mapping is, by its one key (work, db or call)."""
+    if isinstance(value, dict):
+        keys = [k for k in ("work", "db", "call") if k in value]
+        return keys[0] if len(keys) == 1 else None
+    return next((k for k in ("work", "db", "call") if hasattr(value, k)), None)
+
+
+Step = Annotated[
+    Annotated[WorkStep, Tag("work")]
+    | Annotated[DbStep, Tag("db")]
+    | Annotated[CallStep, Tag("call")],
+    Discriminator(_step_tag, custom_error_type="step_kind",
+                  custom_error_message="a step is one of {work: ...}, {db: ...} or {call: ...}"),
+]
+
+
+class Arrival(Strict):
+    """closed: all at t=start_s; poisson: at `rate` per second (until `count` tasks);
+    schedule: Poisson with the rate changing at given times."""
+
+    kind: Literal["closed", "poisson", "schedule"] = "closed"
+    start_s: NonNeg = 0.0
+    rate: PosFloat | None = None
+    steps: list[RateStep] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _needs(self) -> Arrival:
+        if self.kind == "poisson" and self.rate is None:
+            raise ValueError("a poisson arrival needs rate")
+        if self.kind == "schedule" and not self.steps:
+            raise ValueError("a schedule arrival needs steps")
+        return self
+
+
+class Child(Strict):
+    """DAG fan-out: for each task of the batch, `count` tasks that depend on it."""
+
+    kind: str
+    count: Dist
+    program: list[Step] = Field(min_length=1)
+    downstreams: list[str] | None = None
+
+
+class BatchSpec(Strict):
+    id: str
+    count: Annotated[int, Field(ge=0)]
+    kind: str = "task"
+    arrival: Arrival = Arrival()
+    cap: Annotated[int, Field(ge=1)] | None = None
+    priority: int = 0
+    timeout_s: PosFloat | None = None
+    max_retry: Annotated[int, Field(ge=0)] | None = None
+    duplicates: Annotated[float, Field(ge=0, le=1)] = 0.0
+    program: list[Step] = Field(min_length=1)
+    children: list[Child] = Field(default_factory=list)
+
+
+class Fault(Strict):
+    """worker_crash: `workers` workers die at at_s; their RUNNING tasks are left behind."""
+
+    kind: Literal["worker_crash"]
+    at_s: NonNeg
+    workers: Annotated[int, Field(ge=1)] = 1
+
+
+class Sweeper(Strict):
+    interval_s: PosFloat = 30.0
+    lease_s: PosFloat | None = None
+    max_pending_age_s: PosFloat | None = None
+
+
+class Alerts(Strict):
+    """The source's four alerts; thresholds are configuration (see DESIGN.md)."""
+
+    running_limit: PosFloat | None = None
+    running_for_s: NonNeg = 300.0
+    queue_depth: NonNeg = 500
+    queue_for_s: NonNeg = 600.0
+    success_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
+    p99_ratio: PosFloat = 2.0
+    p99_baseline_s: dict[str, PosFloat] = Field(default_factory=dict)
+
+
+class SLO(Strict):
+    """Promises the run must keep; a broken one makes `lab simulate` exit 1."""
+
+    business_p99_s: PosFloat | None = None
+    business_timeouts: Annotated[int, Field(ge=0)] | None = None
+    makespan_s: PosFloat | None = None
+    success_rate: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_429: Annotated[int, Field(ge=0)] | None = None
+
+
+class Scenario(Strict):
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    horizon_s: PosFloat = 3600.0
+    sample_interval_s: PosFloat = 1.0
+    workers: Annotated[int, Field(ge=1)] | Literal["unbounded"] = 10
+    claim_batch: Annotated[int, Field(ge=1)] = 1
+    watchdog_interval_s: PosFloat = 1.0
+    task_timeout_s: PosFloat = 60.0
+    retry: RetrySpec = RetrySpec()
+    sweeper: Sweeper = Sweeper()
+    pools: dict[str, Pool] = Field(default_factory=dict)
+    downstreams: dict[str, Downstream] = Field(default_factory=dict)
+    business: Business | None = None
+    batches: list[BatchSpec] = Field(min_length=1)
+    faults: list[Fault] = Field(default_factory=list)
+    alerts: Alerts = Alerts()
+    slo: SLO = SLO()
+
+    def problems(self) -> list[tuple[tuple[Any, ...], str]]:
+        """Cross-references a model cannot check field by field: (key path, what is wrong)."""
+        found: list[tuple[tuple[Any, ...], str]] = []
+        seen: set[str] = set()
+        for i, batch in enumerate(self.batches):
+            if batch.id in seen:
+                found.append((("batches", i, "id"), f"batch id {batch.id!r} is used twice"))
+            seen.add(batch.id)
+            programs = [(("batches", i, "program"), batch.program)]
+            programs += [(("batches", i, "children", c, "program"), child.program)
+                         for c, child in enumerate(batch.children)]
+            for where, program in programs:
+                for k, step in enumerate(program):
+                    found += self._step_problems(step, (*where, k))
+        if self.business is not None and self.business.pool not in self.pools:
+            found.append((("business", "pool"), f"{self.business.pool!r} is not one of the "
+                          f"pools {sorted(self.pools)}"))
+        return found
+
+    def _step_problems(self, step: Step, at: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+        if isinstance(step, DbStep) and step.db.pool not in self.pools:
+            return [((*at, "db", "pool"), f"{step.db.pool!r} is not one of the pools "
+                     f"{sorted(self.pools)}")]
+        if isinstance(step, CallStep) and step.call.downstream not in self.downstreams:
+            return [((*at, "call", "downstream"), f"{step.call.downstream!r} is not one of "
+                     f"the downstreams {sorted(self.downstreams)}")]
+        return []
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
+    """Record the 1-based line of every key path in a composed YAML document."""
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = (*path, key.value)
+            out[sub] = key.start_mark.line + 1
+            _lines(value, sub, out) if not isinstance(value, yaml.ScalarNode) else None
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _lines(item, (*path, i), out)
+
+
+def _line_of(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
+    path = tuple(str(p) if not isinstance(p, int) else p for p in loc)
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return lines.get(())
+
+
+_UNION_TAGS = frozenset({"constant", "uniform", "exponential", "lognormal", "empirical",
+                         "integers", "constrained-int", "constrained-float", "int", "float",
+                         "str", "bool", "function-before", "function-after", "nullable"})
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drop pydantic's union-tag parts: dist names, step tags (work.work), validator names."""
+    out: list[Any] = []
+    for part in loc:
+        if isinstance(part, str) and (
+            part in _UNION_TAGS or part[:1].isupper() or "[" in part
+            or (out and out[-1] == part)
+        ):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _expected(err: dict[str, Any]) -> str:
+    msg = str(err["msg"])
+    if err["type"] == "extra_forbidden":
+        return "unknown key (not part of the scenario format; see `lab schema`)"
+    if err["type"] == "missing":
+        return "required key is missing"
+    got = err.get("input")
+    if err["type"].startswith(("greater", "less", "int_", "float_", "bool_", "string_",
+                               "literal", "dict_", "list_", "too_")):
+        return f"{msg[0].lower()}{msg[1:]}, got {got!r}"
+    return msg.removeprefix("Value error, ")
+
+
+def format_validation_error(exc: ValidationError, source: str,
+                            lines: dict[tuple[Any, ...], int]) -> str:
+    """The first error as one line: file:line: key.path: what was expected, got what."""
+    err = exc.errors()[0]
+    loc = _clean_loc(tuple(err["loc"]))
+    line = _line_of(loc, lines)
+    where = f"{source}:{line}" if line else source
+    more = len(exc.errors()) - 1
+    tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
+    return f"{where}: {_dotted(loc)}: {_expected(err)}{tail}"
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'a.b.0.c=value' -> (['a', 'b', '0', 'c'], parsed YAML scalar/flow value)."""
+    if "=" not in text:
+        raise ScenarioError(f"--set {text!r}: expected key.path=value")
+    key, _, raw = text.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ScenarioError(f"--set {text!r}: the key path is empty")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+    return parts, value
+
+
+def apply_override(doc: dict[str, Any], parts: list[str], value: Any, text: str) -> None:
+    """Set a value at a key path; list items by index or by their `id`."""
+    node: Any = doc
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        where = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            idx = _list_index(node, part)
+            if idx is None:
+                raise ScenarioError(f"--set {text!r}: {where}: no list item {part!r} "
+                                    f"(use an index 0..{len(node) - 1} or an item's id)")
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise ScenarioError(f"--set {text!r}: {where}: cannot set a key inside {node!r}")
+
+
+def _list_index(items: list[Any], part: str) -> int | None:
+    if part.isdigit():
+        return int(part) if int(part) < len(items) else None
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("id") == part:
+            return i
+    return None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario; any problem is a ScenarioError (one line)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: no such scenario file") from None
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read: {exc.strerror}") from None
+    return parse_scenario(text, str(p), overrides)
+
+
+def parse_scenario(text: str, source: str = "<scenario>",
+                   overrides: list[str] | None = None) -> Scenario:
+    try:
+        node = yaml.compose(text)
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(f"{source}{line}: not valid YAML: {problem}") from None
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{source}: expected a mapping of scenario keys at the top level")
+    lines: dict[tuple[Any, ...], int] = {}
+    if node is not None:
+        _lines(node, (), lines)
+    for text_override in overrides or []:
+        parts, value = parse_override(text_override)
+        apply_override(doc, parts, value, text_override)
+    try:
+        scenario = Scenario.model_validate(doc)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(exc, source, lines)) from None
+    problems = scenario.problems()
+    if problems:
+        loc, what = problems[0]
+        line = _line_of(loc, lines)
+        raise ScenarioError(f"{source}{f':{line}' if line else ''}: {_dotted(loc)}: {what}")
+    if not math.isfinite(scenario.horizon_s):
+        raise ScenarioError(f"{source}: horizon_s: expected a finite number of seconds")
+    return scenario
+
+
+def json_schema() -> str:
+    """The scenario format as JSON Schema, for editor completion (`lab schema`)."""
+    schema = Scenario.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "taskfuse lab scenario"
+    return json.dumps(schema, indent=2, sort_keys=True)

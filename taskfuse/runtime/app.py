@@ -1,0 +1,195 @@
+"""The registry of a taskfuse application: task functions by kind, and the fuses per downstream.
+
+An `App` is configuration only; it never runs anything. Several runners (threads in one
+process, worker processes started by `taskfuse worker --app module:app`) build their own
+`Scheduler` and guards from the same App, because fuses are stateful objects that each
+driver owns::
+
+    app = App()
+    app.downstream("partner", bulkhead=14, rate=100, burst=20, breaker=BreakerConfig())
+
+    @app.task("sync_sku", timeout=30, downstreams=("partner",))
+    def sync_sku(ctx, payload):
+        with ctx.downstream("partner"):
+            return call_partner(payload["sku"])
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from taskfuse.core.breaker import BreakerConfig, CircuitBreaker
+from taskfuse.core.bulkhead import Bulkhead
+from taskfuse.core.events import EventSink
+from taskfuse.core.guard import Guard
+from taskfuse.core.ratelimit import TokenBucket
+from taskfuse.core.retry import RetryPolicy
+from taskfuse.core.scheduler import Scheduler, SchedulerConfig
+from taskfuse.core.storeapi import Store
+from taskfuse.core.task import TaskSpec
+from taskfuse.runtime.errors import RUNTIME_FATAL, RuntimeConfigError, UnknownKind
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: A worker renews the lease of each task it runs every DEFAULT_LEASE_S / 3 seconds; the
+#: sweeper treats a task whose lease is older than this as orphaned.
+DEFAULT_LEASE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDef:
+    """A registered task function and the defaults its submissions get."""
+
+    kind: str
+    fn: Callable[..., Any]
+    timeout: float | None = None
+    max_retry: int | None = None
+    downstreams: tuple[str, ...] = ()
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DownstreamConfig:
+    """The fuses of one downstream; each is optional (None: that fuse is off)."""
+
+    name: str
+    bulkhead: int | None = None
+    rate: float | None = None
+    burst: float | None = None
+    breaker: BreakerConfig | None = None
+
+    def build(self, now: float) -> Guard:
+        """Fresh fuse objects for one driver (they hold state, so drivers never share them)."""
+        bulkhead = Bulkhead[Any](self.bulkhead, self.name) if self.bulkhead else None
+        bucket = None
+        if self.rate is not None:
+            bucket = TokenBucket(self.rate, self.burst or 1.0, start=now)
+        breaker = CircuitBreaker(self.breaker, self.name) if self.breaker is not None else None
+        return Guard(self.name, bulkhead=bulkhead, bucket=bucket, breaker=breaker)
+
+
+class App:
+    """Task functions by kind, downstream fuses by name, and the scheduling policy."""
+
+    def __init__(
+        self,
+        name: str = "taskfuse",
+        *,
+        policy: RetryPolicy | None = None,
+        default_timeout: float = 60.0,
+        lease_s: float | None = DEFAULT_LEASE_S,
+        max_pending_age_s: float | None = None,
+    ) -> None:
+        self.name = name
+        self.policy = _with_runtime_fatal(policy or RetryPolicy())
+        self.policies: dict[str, RetryPolicy] = {}
+        self.config = SchedulerConfig(default_timeout, lease_s, max_pending_age_s)
+        self.tasks: dict[str, TaskDef] = {}
+        self.downstreams: dict[str, DownstreamConfig] = {}
+
+    def __repr__(self) -> str:
+        kinds, downstreams = sorted(self.tasks), sorted(self.downstreams)
+        return f"App({self.name!r}, kinds={kinds}, downstreams={downstreams})"
+
+    # -- registration ----------------------------------------------------------------------
+
+    def task(
+        self,
+        kind: str,
+        *,
+        timeout: float | None = None,
+        max_retry: int | None = None,
+        downstreams: Sequence[str] = (),
+        priority: int = 0,
+        policy: RetryPolicy | None = None,
+    ) -> Callable[[F], F]:
+        """Register `fn(ctx, payload)` for `kind`; the function is returned unchanged."""
+        if kind in self.tasks:
+            raise RuntimeConfigError(f"kind {kind!r} is already registered")
+
+        def register(fn: F) -> F:
+            self.tasks[kind] = TaskDef(kind, fn, timeout, max_retry, tuple(downstreams), priority)
+            if policy is not None:
+                self.policies[kind] = _with_runtime_fatal(policy)
+            return fn
+
+        return register
+
+    def downstream(
+        self,
+        name: str,
+        *,
+        bulkhead: int | None = None,
+        rate: float | None = None,
+        burst: float | None = None,
+        breaker: BreakerConfig | None = None,
+    ) -> DownstreamConfig:
+        """Configure the fuses of a downstream; validated now, built per driver later."""
+        config = DownstreamConfig(name, bulkhead, rate, burst, breaker)
+        try:
+            config.build(0.0)
+        except ValueError as exc:
+            raise RuntimeConfigError(f"downstream {name!r}: {exc}") from None
+        self.downstreams[name] = config
+        return config
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def definition(self, kind: str) -> TaskDef:
+        """The registration of `kind`; raises UnknownKind."""
+        try:
+            return self.tasks[kind]
+        except KeyError:
+            raise UnknownKind(kind, list(self.tasks)) from None
+
+    def spec(self, kind: str, payload: Any = None, **fields: Any) -> TaskSpec:
+        """A TaskSpec for a registered kind, with its registered defaults filled in."""
+        d = self.definition(kind)
+        fields.setdefault("timeout", d.timeout)
+        fields.setdefault("max_retry", d.max_retry)
+        fields.setdefault("downstreams", d.downstreams)
+        fields.setdefault("priority", d.priority)
+        return TaskSpec(kind, payload, **fields)
+
+    # -- building a driver's core ----------------------------------------------------------
+
+    def scheduler(
+        self,
+        store: Store,
+        *,
+        sinks: Iterable[EventSink] = (),
+        now: float = 0.0,
+        rng: random.Random | None = None,
+        config: SchedulerConfig | None = None,
+    ) -> Scheduler:
+        """A Scheduler over `store` with this app's policies and fresh guards.
+
+        Task ids and trace ids come from the OS's randomness, because many processes
+        submit into one durable store and must never mint the same id.
+        """
+        sched = Scheduler(
+            store,
+            policy=self.policy,
+            policies=self.policies,
+            config=config or self.config,
+            rng=rng if rng is not None else random.Random(secrets.randbits(64)),
+            sinks=sinks,
+            ids=new_task_id,
+        )
+        for ds in self.downstreams.values():
+            sched.add_guard(ds.build(now))
+        return sched
+
+
+def new_task_id() -> str:
+    """A task id no other process will mint: 80 random bits as 20 hex digits."""
+    return secrets.token_hex(10)
+
+
+def _with_runtime_fatal(policy: RetryPolicy) -> RetryPolicy:
+    """The policy with the runtime's own unfixable kinds (unknown kind, bad config) fatal."""
+    return replace(policy, fatal=policy.fatal | RUNTIME_FATAL)

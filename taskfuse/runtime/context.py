@@ -1,0 +1,281 @@
+"""TaskContext: what a running task function can know and ask, and the downstream fuses.
+
+A task function is `fn(ctx, payload)`. Through `ctx` it learns who it is (task_id, trace_id,
+attempt), whether to stop (`cancelled()`, `sleep()`), renews its lease (`heartbeat()`), logs
+with its trace_id (`logger`), and calls guarded downstreams::
+
+    with ctx.downstream("partner"):      # breaker -> bulkhead -> token bucket, then the call
+        response = session.get(url)
+
+The context never decides anything: it asks the runner's Scheduler and guards (under the
+runner's lock) and does the waiting itself, outside the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import MutableMapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from taskfuse.core.events import Event, EventKind
+from taskfuse.core.guard import QUEUED, Guard, Pace, Rejected
+from taskfuse.core.task import Task
+from taskfuse.runtime.errors import DownstreamRejected, TaskCanceled, UnknownDownstream
+
+if TYPE_CHECKING:
+    from taskfuse.runtime.threads import Runner
+
+#: Slack added to a task's deadline when waiting for a bulkhead permit, so the watchdog (which
+#: stops the task) normally wins over the wait's own bound.
+PERMIT_WAIT_SLACK_S = 1.0
+
+
+class TaskLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger adapter that stamps trace_id, task_id, kind and attempt on every record.
+
+    Unlike the stdlib adapter it keeps a caller's own `extra` keys too.
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **kwargs.get("extra", {})}
+        return msg, kwargs
+
+
+def task_logger(task: Task, worker_id: str | None = None) -> TaskLogger:
+    """The logger of one attempt of `task` (logger name `taskfuse.task.KIND`)."""
+    extra = {
+        "trace_id": task.trace_id,
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "attempt": task.attempt,
+        "worker": worker_id or task.worker_id,
+    }
+    return TaskLogger(logging.getLogger(f"taskfuse.task.{task.kind}"), extra)
+
+
+class TaskContext:
+    """The running attempt's view of itself; one per attempt, used by its thread only."""
+
+    __slots__ = ("_event", "_logger", "_runner", "_stopped", "task")
+
+    def __init__(self, task: Task, runner: Runner) -> None:
+        self.task = task
+        self._runner = runner
+        # The stop signal: a flag, and an Event made only when someone sleeps on it (most
+        # tasks never do, and an Event costs more to build than the rest of a claim).
+        self._stopped = False
+        self._event: threading.Event | None = None
+        self._logger: TaskLogger | None = None
+
+    def __repr__(self) -> str:
+        return f"TaskContext(task_id={self.task_id!r}, kind={self.kind!r}, attempt={self.attempt})"
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @property
+    def trace_id(self) -> str:
+        return self.task.trace_id
+
+    @property
+    def kind(self) -> str:
+        return self.task.kind
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first attempt, 2 for the first retry, ..."""
+        return self.task.attempt
+
+    @property
+    def payload(self) -> Any:
+        return self.task.payload
+
+    @property
+    def batch_id(self) -> str | None:
+        return self.task.batch_id
+
+    @property
+    def deadline(self) -> float:
+        """Wall-clock time (time.time()) after which the watchdog times this attempt out."""
+        return self.task.deadline or time.time()
+
+    @property
+    def logger(self) -> TaskLogger:
+        """A logger whose records carry trace_id and task_id (JSON via runtime.logs)."""
+        if self._logger is None:
+            self._logger = task_logger(self.task)
+        return self._logger
+
+    def cancelled(self) -> bool:
+        """Whether this attempt should stop: its record moved on without it.
+
+        True after a cancel (from any process), a timeout, a release at shutdown, or when
+        the sweeper took the task away. Reads the store, so call it between units of work.
+        """
+        if self._stopped:
+            return True
+        runner = self._runner
+        with runner.lock:
+            gone = runner.scheduler.is_cancelled(self.task)
+            if gone:
+                self.signal_stop()
+        return gone
+
+    def signal_stop(self) -> None:
+        """Tell this attempt to stop (runner lock held): wakes `sleep` and permit waits."""
+        self._stopped = True
+        if self._event is not None:
+            self._event.set()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether this attempt has been told to stop (without asking the store)."""
+        return self._stopped
+
+    def wait_stop(self, seconds: float) -> bool:
+        """Wait up to `seconds` for a stop signal; True if one came."""
+        with self._runner.lock:
+            if self._stopped:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(seconds)
+
+    def raise_if_cancelled(self) -> None:
+        """Raise TaskCanceled when `cancelled()`: unwinds the task; its result is void anyway."""
+        if self.cancelled():
+            raise TaskCanceled(f"task {self.task_id} was canceled or timed out")
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, waking early when told to stop; True means stop now."""
+        return self.wait_stop(seconds) or self.cancelled()
+
+    def heartbeat(self) -> bool:
+        """Renew this attempt's lease now; False means the task is no longer ours (stop).
+
+        The runner already renews leases of running tasks on a timer; call this inside a long
+        step that must not be mistaken for a dead worker.
+        """
+        runner = self._runner
+        with runner.lock:
+            ok = runner.scheduler.heartbeat(self.task, runner.clock())
+            if not ok:
+                self.signal_stop()
+        return ok
+
+    def downstream(self, name: str) -> DownstreamCall:
+        """A context manager guarding one call to downstream `name` with its fuses."""
+        guard = self._runner.scheduler.guards.get(name)
+        if guard is None:
+            raise UnknownDownstream(name, list(self._runner.scheduler.guards))
+        return DownstreamCall(self, guard)
+
+
+class _Permit:
+    """A bulkhead waiter: identity for the FIFO queue, an Event made only if it must wait."""
+
+    __slots__ = ("event", "granted")
+
+    def __init__(self) -> None:
+        self.event: threading.Event | None = None
+        self.granted = False
+
+
+class DownstreamCall:
+    """Admit (breaker -> bulkhead -> token bucket), run the body, record outcome and latency.
+
+    The core answers; this class only waits: a Pace by sleeping, a QUEUED by waiting on an
+    Event that the releasing call sets (it is handed the permit directly), a Rejected by
+    raising DownstreamRejected, which defers the task without using an attempt.
+    """
+
+    __slots__ = ("_ctx", "_guard", "_permit", "_start")
+
+    def __init__(self, ctx: TaskContext, guard: Guard) -> None:
+        self._ctx = ctx
+        self._guard = guard
+        self._permit = _Permit()
+        self._start = 0.0
+
+    def __enter__(self) -> DownstreamCall:
+        runner, guard, permit = self._ctx._runner, self._guard, self._permit
+        with runner.lock:
+            answer = guard.admit(permit, runner.clock())
+            if answer is QUEUED:
+                permit.event = threading.Event()
+                runner.permit_waiting(self._ctx.task_id, permit)
+        if isinstance(answer, Rejected):
+            raise DownstreamRejected(guard.name, answer.retry_at)
+        if answer is QUEUED:
+            answer = self._wait_for_permit()
+        if isinstance(answer, Pace):
+            self._pace(answer.wait)
+        self._start = time.monotonic()
+        return self
+
+    def _wait_for_permit(self) -> Any:
+        ctx, runner, permit = self._ctx, self._ctx._runner, self._permit
+        began = time.monotonic()
+        bound = max(0.0, ctx.deadline - runner.clock()) + PERMIT_WAIT_SLACK_S
+        assert permit.event is not None
+        permit.event.wait(bound)
+        with runner.lock:
+            runner.permit_done(ctx.task_id)
+            if not permit.granted:
+                self._give_back(queued=True)
+                stopped = ctx.stopped
+            elif ctx.stopped:
+                self._give_back(queued=False)
+                stopped = True
+            else:
+                now = runner.clock()
+                runner.emit_wait(ctx.task, self._guard.name, time.monotonic() - began, now)
+                return self._guard.resume(now)
+        if stopped:
+            raise TaskCanceled(f"stopped while waiting for downstream {self._guard.name!r}")
+        raise TimeoutError(f"no permit for downstream {self._guard.name!r} before the deadline")
+
+    def _pace(self, wait: float) -> None:
+        ctx = self._ctx
+        if ctx.wait_stop(wait):
+            with ctx._runner.lock:
+                self._give_back(queued=False)
+            raise TaskCanceled(f"stopped while pacing for downstream {self._guard.name!r}")
+
+    def _give_back(self, queued: bool) -> None:
+        """Return an unused permit (under the runner lock); wake whoever it goes to."""
+        woken = self._guard.abandon(self._permit, queued)
+        if woken is not None:
+            self._ctx._runner.grant([woken])
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        latency = time.monotonic() - self._start
+        ok = exc_type is None
+        runner = self._ctx._runner
+        with runner.lock:
+            now = runner.clock()
+            breaker = self._guard.breaker
+            before = breaker.state(now) if breaker is not None else None
+            runner.grant(self._guard.record(now, ok, latency))
+            runner.emit(Event(now, EventKind.CALL, self._ctx.task_id, self._ctx.task.batch_id,
+                              self._ctx.trace_id, None, None, "ok" if ok else _kind(exc),
+                              self._ctx.attempt, None, self._guard.name, latency))
+            if breaker is not None and breaker.state(now) is not before:
+                runner.work_changed()
+
+
+def _kind(exc: BaseException | None) -> str:
+    kind = getattr(exc, "kind", None)
+    return str(kind) if kind else type(exc).__name__

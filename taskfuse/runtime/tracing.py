@@ -1,0 +1,166 @@
+"""A real run recorded in the lab's trace format, so the monitor can follow or replay it.
+
+`RuntimeTrace` is two things: an event sink on the runner's Scheduler (every move, breaker
+change, wait and downstream call), and a sampler thread that appends one timeline row every
+`interval_s` (queue depth, running, outcomes so far, throughput, and per downstream: in
+flight, limit, breaker state, calls per second, errors). Times in the trace are seconds since
+the run started, like a simulation's; the wall-clock start is in the header's meta
+(`t0_epoch`). Counts come from the store, so with a durable store they describe the fleet,
+not only this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from taskfuse.core.events import Event, EventKind
+from taskfuse.core.guard import Guard
+from taskfuse.core.states import TERMINAL, TaskStatus
+from taskfuse.trace import BREAKER_CODES, TraceWriter
+
+if TYPE_CHECKING:
+    from taskfuse.runtime.threads import Runner
+
+log = logging.getLogger("taskfuse.runtime.trace")
+
+_DONE = [s for s in TaskStatus if s in TERMINAL]
+_DS_SERIES = ("in_flight", "limit", "rps", "errors", "breaker", "reopen_in", "tokens")
+
+
+def series_names(downstreams: list[str]) -> list[str]:
+    """The timeline's columns, in order: the standard series that apply to a real run."""
+    names = ["queue_depth", "running", "running_limit", "submitted"]
+    names += [f"done.{s.value}" for s in _DONE]
+    names += ["throughput", "success_rate"]
+    names += [f"ds.{d}.{s}" for d in downstreams for s in _DS_SERIES]
+    return names
+
+
+class RuntimeTrace:
+    """Writes a runner's events and a sampled timeline to a trace file (see module doc)."""
+
+    def __init__(self, runner: Runner, path: str | os.PathLike[str], interval_s: float = 1.0):
+        if not interval_s > 0:
+            raise ValueError(f"trace interval must be > 0 seconds, got {interval_s!r}")
+        self.runner = runner
+        self.interval_s = interval_s
+        self.t0 = runner.clock()
+        self._downstreams = sorted(runner.scheduler.guards)
+        header = {
+            "source": "runtime",
+            "scenario": None,
+            "seed": None,
+            "series": series_names(self._downstreams),
+            "sample_interval_s": interval_s,
+            "meta": {
+                "downstreams": self._downstreams,
+                "pools": [],
+                "batches": [],
+                "workers": runner.workers,
+                "slo": {},
+                "worker_id": runner.worker_id,
+                "t0_epoch": self.t0,
+            },
+        }
+        self._lock = threading.Lock()  # the writer is not thread-safe; events come from many
+        self._writer = TraceWriter(path, header, flush_every=2000)
+        self._calls = dict.fromkeys(self._downstreams, 0)
+        self._errors = dict.fromkeys(self._downstreams, 0)
+        self._last_calls = dict(self._calls)
+        self._last_done = 0
+        self._last_t = 0.0
+        self._stop = threading.Event()
+        runner.scheduler.emit.add(self)
+
+    def __call__(self, event: Event) -> None:
+        """The event sink: times made relative to the start, downstream calls counted."""
+        if event.kind == EventKind.CALL and event.subject in self._calls:
+            self._calls[event.subject] += 1
+            if event.reason != "ok":
+                self._errors[event.subject] += 1
+        with self._lock:
+            if not self._writer.closed:
+                self._writer.event(event._replace(t=event.t - self.t0))
+
+    def run(self) -> None:
+        """The sampler thread's loop: one row now, then one every interval, until closed."""
+        while True:
+            try:
+                self.sample()
+            except Exception:
+                log.exception("trace sample failed")
+            if self._stop.wait(self.interval_s):
+                return
+
+    def sample(self) -> None:
+        runner = self.runner
+        with runner.lock:
+            now = runner.clock()
+            counts = runner.store.counts()
+            ds = [self._downstream_row(runner.scheduler.guards[d], now) for d in self._downstreams]
+        t = now - self.t0
+        row = self._row(counts, t) + [v for cols in ds for v in cols]
+        with self._lock:
+            if not self._writer.closed:
+                self._writer.sample(t, row)
+                self._writer.flush()
+        self._last_t = t
+
+    def _row(self, counts: dict[TaskStatus, int], t: float) -> list[Any]:
+        done = sum(counts.get(s, 0) for s in _DONE)
+        dt = t - self._last_t
+        throughput = (done - self._last_done) / dt if dt > 0 and self._last_t else None
+        self._last_done = done
+        ok, failed = counts.get(TaskStatus.SUCCESS, 0), counts.get(TaskStatus.FAILED, 0)
+        return [
+            counts.get(TaskStatus.PENDING, 0),
+            counts.get(TaskStatus.RUNNING, 0),
+            self.runner.workers,
+            sum(counts.values()),
+            *(counts.get(s, 0) for s in _DONE),
+            throughput,
+            ok / (ok + failed) if ok + failed else None,
+        ]
+
+    def _downstream_row(self, guard: Guard, now: float) -> list[Any]:
+        name = guard.name
+        dt = max(now - self.t0 - self._last_t, 1e-9)
+        rps = (self._calls[name] - self._last_calls[name]) / dt if self._last_t else None
+        self._last_calls[name] = self._calls[name]
+        breaker, bucket = guard.breaker, guard.bucket
+        reopen = breaker.reopen_at() if breaker is not None else None
+        return [
+            guard.in_flight,
+            guard.bulkhead.limit if guard.bulkhead is not None else None,
+            rps,
+            self._errors[name],
+            BREAKER_CODES[breaker.state(now).value] if breaker is not None else None,
+            max(0.0, reopen - now) if reopen is not None else None,
+            bucket.tokens(now) if bucket is not None else None,
+        ]
+
+    def close(self) -> None:
+        """A last sample, then the footer with this process's report."""
+        self._stop.set()
+        try:
+            self.sample()
+        except Exception:
+            log.exception("final trace sample failed")
+        stats = self.runner.stats
+        with self.runner.lock:
+            counts = {s.value: n for s, n in self.runner.store.counts().items()}
+        report = {
+            "duration_s": self.runner.clock() - self.t0,
+            "counts": counts,
+            "claimed": stats.claimed,
+            "completed": stats.completed,
+            "discarded": stats.discarded,
+            "expired": stats.expired,
+            "released": stats.released,
+        }
+        with self._lock:
+            self._writer.close(report)
+

@@ -1,0 +1,149 @@
+"""What the durable stores share: named queries, numbered migrations, the row <-> Task codec.
+
+Layout (procrastinate's): every statement lives in a ``.sql`` file beside this module, under
+a header naming it::
+
+    -- claim_candidates --
+    -- Ready rows in claim order; the comment lines after the name are its docstring.
+    SELECT ...
+
+``load_queries("sqlite")`` reads ``sqlite_queries.sql`` into ``{name: sql}``. Schema changes
+are numbered files ``{dialect}_NNNN_{what}.sql``; a store applies the ones its database has
+not seen yet and records them in ``taskfuse_migrations`` (see `migrations`). Keeping SQL out of
+Python makes it reviewable as SQL and lets the two dialects differ only where they must.
+
+Columns of the ``tasks`` table are the `Task` fields (same names, same order) followed by
+bookkeeping that is not part of the record: ``unmet`` (dependencies not yet SUCCESS, kept by
+the store), ``ready_tick`` / ``run_tick`` (when the row last became claimable / was claimed,
+from one monotonic counter, so ties in claim and deadline order break exactly as
+MemoryStore's heaps do), ``claim_token`` (finds a claim again after a connection broke during
+its commit), and the derived ``ready_at`` / ``deadline``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from taskfuse.core.states import TaskfuseError, TaskStatus
+from taskfuse.core.task import TASK_FIELDS, Task
+
+#: Task fields in table order; every SELECT of a task lists exactly these.
+TASK_COLUMNS: tuple[str, ...] = tuple(TASK_FIELDS)
+SELECT_TASK = ", ".join(TASK_COLUMNS)
+
+#: The statuses a row may hold: the CHECK constraint of both schemas lists exactly these.
+STATUS_VALUES: tuple[str, ...] = tuple(s.value for s in TaskStatus)
+
+_HEADER = re.compile(r"^-- ([a-z0-9_]+) --\s*$")
+_MIGRATION = re.compile(r"^(?P<dialect>[a-z]+)_(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
+
+
+class StoreSQLError(TaskfuseError):
+    """A packaged SQL file is malformed (a bug in the package, not in the caller)."""
+
+
+@cache
+def load_queries(dialect: str) -> dict[str, str]:
+    """The named queries of a dialect, parsed once per process."""
+    text = resources.files(__package__).joinpath(f"{dialect}_queries.sql").read_text("utf-8")
+    queries: dict[str, str] = {}
+    name: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        match = _HEADER.match(line)
+        if match:
+            if name is not None:
+                queries[name] = _clean(body)
+            name, body = match.group(1), []
+            if name in queries:
+                raise StoreSQLError(f"query {name!r} defined twice in {dialect}_queries.sql")
+        elif name is not None:
+            body.append(line)
+    if name is not None:
+        queries[name] = _clean(body)
+    return queries
+
+
+def _clean(lines: list[str]) -> str:
+    """Drop comment-only lines (the docstring) and blank lines; keep the statement."""
+    kept = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("--")]
+    return "\n".join(kept).strip().rstrip(";")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+@cache
+def migrations(dialect: str) -> tuple[Migration, ...]:
+    """The numbered schema migrations of a dialect, in order; versions must be 1, 2, 3, ..."""
+    found = []
+    for entry in resources.files(__package__).iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match and match.group("dialect") == dialect:
+            found.append(
+                Migration(int(match.group("version")), match.group("name"), entry.read_text("utf-8"))
+            )
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise StoreSQLError(f"{dialect} migrations are not numbered 1..n: {found!r}")
+    return tuple(found)
+
+
+def dumps(value: Any, task_id: str, what: str) -> str | None:
+    """JSON text of a payload or result; None stays SQL NULL.
+
+    Raises `PayloadError` naming the task, before anything is written, for values JSON cannot
+    hold (objects, sets, NaN/inf). Tuples become lists and non-string keys strings: that is
+    JSON's own model, and what a reader in another process can rebuild.
+    """
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        from taskfuse.store import PayloadError
+
+        raise PayloadError(task_id, what, exc) from None
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def names(values: tuple[str, ...]) -> str:
+    """A tuple of names as JSON text (SQLite's representation of depends_on / downstreams)."""
+    return json.dumps(list(values)) if values else "[]"
+
+
+def unnames(text: str) -> tuple[str, ...]:
+    return () if text == "[]" else tuple(json.loads(text))
+
+
+def encode_status(task: Task) -> str:
+    return task.status.value
+
+
+def split_statements(script: str, complete: Any) -> list[str]:
+    """Split a script into statements with `complete(text) -> bool` (sqlite3.complete_statement)."""
+    out: list[str] = []
+    buf: list[str] = []
+    for line in script.splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buf.append(line)
+        text = "\n".join(buf)
+        if complete(text):
+            out.append(text)
+            buf = []
+    if any(ln.strip() and not ln.lstrip().startswith("--") for ln in buf):
+        raise StoreSQLError(f"unterminated statement in migration: {' '.join(buf)[:80]!r}")
+    return out

@@ -1,0 +1,169 @@
+-- Named queries of SQLiteStore. `{task}` stands for the task columns (sql.SELECT_TASK).
+-- Status literals are written out (not bound) so SQLite can prove a partial index applies.
+
+-- get_task --
+SELECT {task} FROM tasks WHERE task_id = :task_id
+
+-- find_tasks --
+-- The task with that id first (unless it is also in the trace), then the trace in order.
+SELECT {task} FROM tasks
+WHERE task_id = :key OR trace_id = :key
+ORDER BY (task_id = :key AND trace_id <> :key) DESC, seq
+
+-- existing_ids --
+SELECT task_id FROM tasks WHERE task_id IN (SELECT value FROM json_each(:ids))
+
+-- tasks_by_key --
+SELECT {task} FROM tasks WHERE idempotency_key IN (SELECT value FROM json_each(:keys))
+
+-- statuses_of --
+SELECT task_id, status FROM tasks WHERE task_id IN (SELECT value FROM json_each(:ids))
+
+-- next_tick --
+-- Reserve :n ticks of the monotonic counter; answers the last one reserved.
+UPDATE taskfuse_counter SET tick = tick + :n WHERE id = 1 RETURNING tick
+
+-- insert_task --
+INSERT INTO tasks ({task}, unmet, ready_tick)
+VALUES (:task_id, :kind, :payload, :batch_id, :trace_id, :idempotency_key, :depends_on,
+        :priority, :status, :version, :retry_count, :max_retry, :timeout, :not_before,
+        :created_at, :started_at, :finished_at, :worker_id, :result, :error_kind, :error_msg,
+        :downstreams, :heartbeat_at, :last_delay, :unmet, :ready_tick)
+
+-- insert_dep --
+INSERT INTO task_deps (task_id, pos, depends_on) VALUES (:task_id, :pos, :depends_on)
+
+-- swap --
+-- The compare-and-set: writes the lifecycle fields only if the version is still :expected.
+UPDATE tasks SET
+    status = :status, version = :version, retry_count = :retry_count,
+    not_before = :not_before, started_at = :started_at, finished_at = :finished_at,
+    worker_id = :worker_id, result = :result, error_kind = :error_kind,
+    error_msg = :error_msg, heartbeat_at = :heartbeat_at, last_delay = :last_delay,
+    ready_tick = coalesce(:ready_tick, ready_tick),
+    run_tick = coalesce(:run_tick, run_tick),
+    claim_token = :claim_token
+WHERE task_id = :task_id AND version = :expected
+
+-- has_children --
+SELECT 1 FROM task_deps WHERE depends_on = :parent LIMIT 1
+
+-- release_children --
+-- A parent reached SUCCESS: its dependents have that many fewer unmet dependencies, and
+-- those that become claimable take a fresh ready tick (ties then break by submission).
+UPDATE tasks SET
+    unmet = unmet - (SELECT count(*) FROM task_deps d
+                     WHERE d.task_id = tasks.task_id AND d.depends_on = :parent),
+    ready_tick = CASE
+        WHEN status = 'PENDING'
+             AND unmet = (SELECT count(*) FROM task_deps d
+                          WHERE d.task_id = tasks.task_id AND d.depends_on = :parent)
+        THEN :tick ELSE ready_tick END
+WHERE task_id IN (SELECT task_id FROM task_deps WHERE depends_on = :parent)
+
+-- claim_candidates --
+-- Ready rows in claim order: PENDING, dependencies met, not_before passed, no blocked
+-- downstream, batch under its cap. Walks tasks_ready from its head.
+SELECT {task} FROM tasks AS t
+WHERE t.status = 'PENDING' AND t.unmet = 0
+  AND (t.not_before IS NULL OR t.not_before <= :now)
+  AND (t.downstreams = '[]' OR :blocked = '[]' OR NOT EXISTS (
+        SELECT 1 FROM json_each(t.downstreams) AS ds
+        WHERE ds.value IN (SELECT value FROM json_each(:blocked))))
+  AND (t.batch_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM batches AS b
+        WHERE b.batch_id = t.batch_id AND b.cap IS NOT NULL
+          AND b.cap <= (SELECT count(*) FROM tasks AS r
+                        WHERE r.batch_id = b.batch_id AND r.status = 'RUNNING')))
+ORDER BY t.priority DESC, t.ready_at, t.ready_tick, t.seq
+LIMIT :n
+
+-- batch_room --
+-- Free slots of the capped batches among :ids.
+SELECT b.batch_id,
+       b.cap - (SELECT count(*) FROM tasks AS r
+                WHERE r.batch_id = b.batch_id AND r.status = 'RUNNING')
+FROM batches AS b
+WHERE b.batch_id IN (SELECT value FROM json_each(:ids)) AND b.cap IS NOT NULL
+
+-- heartbeat --
+UPDATE tasks SET heartbeat_at = :now
+WHERE task_id = :task_id AND status = 'RUNNING' AND worker_id = :worker_id
+
+-- overdue --
+SELECT {task} FROM tasks
+WHERE status = 'RUNNING' AND deadline < :now
+ORDER BY deadline, run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- next_deadline --
+SELECT min(deadline) FROM tasks WHERE status = 'RUNNING'
+
+-- running --
+SELECT {task} FROM tasks WHERE status = 'RUNNING'
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- stale_running --
+-- The sweeper's rule: the lease (heartbeat) lapsed, or older than 2 x timeout in any case.
+SELECT {task} FROM tasks
+WHERE status = 'RUNNING'
+  AND ((:lease IS NOT NULL AND heartbeat_at IS NOT NULL AND heartbeat_at + :lease < :now)
+       OR coalesce(started_at, :now) + 2 * timeout < :now)
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- pending_created_before --
+SELECT {task} FROM tasks
+WHERE status = 'PENDING' AND created_at < :cutoff
+ORDER BY created_at, seq
+
+-- next_ready_at --
+SELECT min(not_before) FROM tasks
+WHERE status = 'PENDING' AND unmet = 0 AND not_before IS NOT NULL AND not_before > :now
+
+-- dependents --
+SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
+WHERE d.depends_on = :task_id
+ORDER BY t.seq, d.pos
+
+-- counts --
+SELECT status, count(*) FROM tasks GROUP BY status
+
+-- counts_batch --
+SELECT status, count(*) FROM tasks WHERE batch_id = :batch_id GROUP BY status
+
+-- batch_tasks --
+SELECT {task} FROM tasks WHERE batch_id = :batch_id ORDER BY seq
+
+-- batch_tasks_in --
+SELECT {task} FROM tasks
+WHERE batch_id = :batch_id AND status IN (SELECT value FROM json_each(:statuses))
+ORDER BY seq
+
+-- all_tasks --
+SELECT {task} FROM tasks ORDER BY seq
+
+-- claimed_by_token --
+-- After a failed commit: did our claim land? Its rows carry the claim's token.
+SELECT {task} FROM tasks WHERE claim_token = :token AND status = 'RUNNING'
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- put_batch --
+INSERT INTO batches (batch_id, cap, created_at, meta, seq)
+VALUES (:batch_id, :cap, :created_at, :meta, :seq)
+ON CONFLICT (batch_id) DO NOTHING
+
+-- get_batch --
+SELECT batch_id, cap, created_at, meta FROM batches WHERE batch_id = :batch_id
+
+-- batch_ids --
+-- Registered batches first (in creation order), then batches only named by tasks.
+SELECT batch_id FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(seq) FROM tasks
+    WHERE batch_id IS NOT NULL AND batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id
+)
+ORDER BY src, seq
+
+-- task_count --
+SELECT count(*) FROM tasks

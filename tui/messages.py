@@ -1,0 +1,74 @@
+"""Every message of the monitor, in one place: events go up, data comes down as attributes.
+
+Two kinds travel here. Loading messages are posted by the worker thread that reads the
+trace (the only thing a thread ever does to the UI). User-intent messages are posted by
+widgets and screens and handled by the app, which owns the cursor and the data.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from .sources import Delta
+from .taskindex import EventChunk
+
+
+class TraceGrew(Message):
+    """New timeline rows (and maybe the footer) were read from the trace."""
+
+    def __init__(self, delta: Delta) -> None:
+        super().__init__()
+        self.delta = delta
+
+
+class EventsDecoded(Message):
+    """One more event frame was decoded; `pending` frames remain."""
+
+    def __init__(self, chunk: EventChunk, pending: int) -> None:
+        super().__init__()
+        self.chunk = chunk
+        self.pending = pending
+
+
+class SourceStalled(Message):
+    """A followed trace has not grown for `seconds`; only the latest one matters."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SourceStalled)
+
+
+class SourceFailed(Message):
+    """Reading the trace failed after it was opened (a corrupt frame, a vanished file)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class CommandEntered(Message):
+    """The command line was submitted: `mode` is ":" (view or time) or "/" (search)."""
+
+    def __init__(self, mode: str, text: str) -> None:
+        super().__init__()
+        self.mode = mode
+        self.text = text
+
+
+class TaskChosen(Message):
+    """A task was picked for the drill-down (enter on a table row, or `:task ID`)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__()
+        self.task_id = task_id
+
+
+class CursorMoved(Message):
+    """The app moved its time cursor; the active screen re-reads what it shows."""
+
+    def __init__(self, t: float) -> None:
+        super().__init__()
+        self.t = t

@@ -1,0 +1,177 @@
+"""Where the monitor's data comes from: a recorded trace (replay) or one still being written.
+
+Why not `read_trace`: it decodes every frame before returning, and a 1,000,000-task trace
+holds millions of events — seconds of JSON. The monitor opens in two steps instead:
+
+1. `TraceSource.open` validates the file through `taskfuse.trace.TraceReader` (so missing,
+   foreign, newer-schema and header-less files fail with its messages), then walks the frames
+   by the documented layout, decoding the small ones (header, samples, footer) and only noting
+   where the event frames are. The dashboard can draw from that alone.
+2. `decode_next` turns one pending event frame into an `EventChunk`; the app calls it from a
+   worker thread and posts each chunk to the UI as a message.
+
+Following is the same walk repeated: `poll` picks up frames appended since the last one and
+notices when the file stopped growing. A half-written last frame is simply not read yet.
+Only the worker thread touches a source after `open`; the UI sees its output in messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from taskfuse.trace import EVENTS, FOOTER, HEADER, MAGIC, SAMPLES, TraceError, TraceReader
+
+from .taskindex import Decoder, EventChunk
+
+#: Frame prefix per the layout in taskfuse.trace: 4-byte big-endian length, 1-byte type.
+_FRAME = struct.Struct(">IB")
+#: A followed file that has not grown for this long (wall seconds) is reported as stalled.
+STALL_AFTER_S = 5.0
+
+
+@dataclass(slots=True)
+class Delta:
+    """What one read of the file added: timeline rows, footer, and growth bookkeeping."""
+
+    times: np.ndarray
+    rows: np.ndarray
+    new_event_frames: int = 0
+    report: dict[str, Any] | None = None
+    complete: bool = False
+    grew: bool = False
+    stalled_for: float | None = None  # wall seconds without growth, once past STALL_AFTER_S
+    partial: bool = False  # the file ends inside a frame
+
+    @property
+    def empty(self) -> bool:
+        return not len(self.times) and not self.new_event_frames and not self.complete
+
+
+@dataclass
+class TraceSource:
+    """One trace file, read incrementally. Not thread-safe: one reader thread at a time."""
+
+    path: Path
+    header: dict[str, Any]
+    follow: bool
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    first: Delta | None = None
+    _offset: int = 0
+    _pending: list[tuple[int, int]] = field(default_factory=list)
+    _decoder: Decoder = field(default_factory=Decoder)
+    _last_growth: float = 0.0
+    _events_seen: int = 0
+    complete: bool = False
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], follow: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> TraceSource:
+        """Open and scan what is there; raises TraceError (one readable line) if unusable.
+
+        A replayed trace that ends inside a frame is refused as truncated; when following,
+        that is just a frame still being written.
+        """
+        reader = TraceReader(path)
+        try:
+            header = reader.header
+        finally:
+            reader.close()
+        src = cls(Path(path), header, follow, clock)
+        src._offset = len(MAGIC) + _FRAME.size + src._frame_len(len(MAGIC))
+        src._last_growth = clock()
+        first = src.poll()
+        if first.partial and not follow:
+            raise TraceError(
+                f"{src.path}: truncated: the last frame is cut off at byte {src._offset} "
+                "(if the run is still being written, follow it instead)"
+            )
+        src.first = first
+        return src
+
+    def _frame_len(self, at: int) -> int:
+        with open(self.path, "rb") as fh:
+            fh.seek(at)
+            length, _ = _FRAME.unpack(fh.read(_FRAME.size))
+        return length
+
+    @property
+    def pending_frames(self) -> int:
+        return len(self._pending)
+
+    def poll(self) -> Delta:
+        """Read every complete frame appended since the last poll (events only located)."""
+        times: list[float] = []
+        rows: list[list[Any]] = []
+        delta = Delta(np.empty(0), np.empty((0, len(self.header["series"]))))
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115 - closed below; reopened per poll
+        except OSError as exc:
+            raise TraceError(f"{self.path}: cannot read: {exc.strerror}") from None
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(self._offset)
+            while self._offset + _FRAME.size <= size:
+                length, kind = _FRAME.unpack(fh.read(_FRAME.size))
+                end = self._offset + _FRAME.size + length
+                if end > size:
+                    break
+                if kind == EVENTS:
+                    self._pending.append((self._offset + _FRAME.size, length))
+                    delta.new_event_frames += 1
+                    fh.seek(length, os.SEEK_CUR)
+                else:
+                    obj = self._decode(fh.read(length), self._offset)
+                    if kind == SAMPLES:
+                        times.extend(obj["t"])
+                        rows.extend(obj["v"])
+                    elif kind == FOOTER:
+                        delta.report = obj.get("report")
+                        self.complete = delta.complete = True
+                    elif kind != HEADER:
+                        raise TraceError(f"{self.path}: unknown frame type {kind!r} at byte "
+                                         f"{self._offset}")
+                self._offset = end
+            delta.partial = size > self._offset
+        if rows:
+            delta.times = np.asarray(times, dtype=float)
+            delta.rows = np.array(rows, dtype=float)  # null -> NaN
+        now = self.clock()
+        delta.grew = not delta.empty
+        if delta.grew:
+            self._last_growth = now
+        elif self.follow and not self.complete and now - self._last_growth >= STALL_AFTER_S:
+            delta.stalled_for = now - self._last_growth
+        return delta
+
+    def _decode(self, body: bytes, at: int) -> Any:
+        try:
+            return json.loads(zlib.decompress(body))
+        except (zlib.error, ValueError) as exc:
+            raise TraceError(f"{self.path}: corrupt frame at byte {at}: {exc}") from None
+
+    def decode_next(self) -> EventChunk | None:
+        """Decode the oldest pending event frame (None when there is none)."""
+        if not self._pending:
+            return None
+        at, length = self._pending.pop(0)
+        with open(self.path, "rb") as fh:
+            fh.seek(at)
+            obj = self._decode(fh.read(length), at - _FRAME.size)
+        cols = obj.get("c") if isinstance(obj, dict) else None
+        if not isinstance(cols, list) or len(cols) != 12:
+            raise TraceError(f"{self.path}: event frame at byte {at} has no 12 columns")
+        chunk = self._decoder.decode(cols)
+        self._events_seen += len(chunk)
+        return chunk

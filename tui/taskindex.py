@@ -1,0 +1,440 @@
+"""Per-time indexes over a trace's events: tasks by state at any time, one task's history.
+
+Why numpy and codes: a 1,000,000-task run has several million events. Held as Python lists
+of strings they cost gigabytes and every question is a Python loop; held as small integer
+columns (strings replaced by codes into a vocabulary) a question is one vectorized pass.
+
+* `Decoder` turns raw event columns into an `EventChunk` of codes. It runs on the loading
+  thread and owns the string -> code dictionaries; each chunk carries the strings it added,
+  so the UI side's `TaskIndex` can extend its own code -> string lists without sharing state
+  with the thread.
+* `TaskIndex` (UI side) appends chunks. State moves (SUBMIT and MOVE events) become
+  intervals `[start, end)` during which a task had a state; `end` is filled in when the task's
+  next move arrives, so appending stays proportional to the chunk. Tasks in a state at `t`
+  are the intervals with start <= t < end: a `searchsorted` on start, then one mask.
+* Counts by state at `t` come from checkpoints of cumulative counts every `CHECKPOINT` moves
+  plus at most that many deltas: O(log n) and no n x 6 matrix in memory.
+
+Events are assumed to arrive in time order (the lab writes them so); each chunk is sorted by
+time on decoding, so a writer that flushes slightly out of order within a chunk is fine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from taskfuse.core.events import EventKind
+from taskfuse.trace import EVENT_FIELDS
+
+from .model import STATES, AlertRow
+
+KINDS: tuple[str, ...] = tuple(k.value for k in EventKind)
+_KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+_STATE_CODE: dict[Any, int] = {s: i for i, s in enumerate(STATES)}
+_SUBMIT, _MOVE = _KIND_CODE["submit"], _KIND_CODE["move"]
+_ALERT, _BREAKER = _KIND_CODE["alert"], _KIND_CODE["breaker"]
+CHECKPOINT = 1024
+_F = {name: i for i, name in enumerate(EVENT_FIELDS)}
+#: String columns kept as codes into a vocabulary of their own.
+VOCABS = ("task_id", "batch_id", "trace_id", "reason", "worker", "subject")
+
+
+@dataclass(slots=True)
+class EventChunk:
+    """A run of decoded events: numeric columns, string columns as codes, new vocabulary."""
+
+    t: np.ndarray
+    kind: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    attempt: np.ndarray
+    value: np.ndarray
+    codes: dict[str, np.ndarray]
+    new_words: dict[str, list[str]]
+    other_kinds: list[str] = field(default_factory=list)
+    #: (t, rule, firing?, value) of ALERT events: their dst is no task state, so kept apart.
+    alerts: list[tuple[float, str, bool, float | None]] = field(default_factory=list)
+    #: (t, subject, src, dst, reason) of BREAKER events.
+    breakers: list[tuple[float, str, str, str, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+def _small_codes(col: Sequence[Any], table: dict[Any, int]) -> np.ndarray:
+    get = table.get
+    return np.fromiter((get(x, -1) for x in col), dtype=np.int8, count=len(col))
+
+
+class Decoder:
+    """Raw event columns -> `EventChunk`; keeps the vocabularies (one per loading thread)."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[Any, int]] = {name: {None: -1} for name in VOCABS}
+        self._kinds = dict(_KIND_CODE)
+
+    def decode(self, cols: Sequence[Sequence[Any]]) -> EventChunk:
+        t = np.asarray(cols[0], dtype=float)
+        order = np.argsort(t, kind="stable")
+        sorted_ = bool((order == np.arange(len(t))).all()) if len(t) else True
+        pick = (lambda a: a) if sorted_ else (lambda a: a[order])
+        before = len(self._kinds)
+        kind_table = self._kinds
+        kinds = np.fromiter(
+            (kind_table.setdefault(k, len(kind_table)) for k in cols[_F["kind"]]),
+            dtype=np.int8, count=len(t),
+        )
+        other = list(kind_table)[before:]
+        codes: dict[str, np.ndarray] = {}
+        new_words: dict[str, list[str]] = {}
+        for name in VOCABS:
+            codes[name], new_words[name] = self._codes(cols[_F[name]], self._tables[name])
+        with np.errstate(invalid="ignore"):
+            attempt = np.asarray(cols[_F["attempt"]], dtype=float)
+        alerts, breakers = self._rare(cols, kinds, t)
+        return EventChunk(
+            pick(t), pick(kinds),
+            pick(_small_codes(cols[_F["src"]], _STATE_CODE)),
+            pick(_small_codes(cols[_F["dst"]], _STATE_CODE)),
+            pick(attempt), pick(np.asarray(cols[_F["value"]], dtype=float)),
+            {k: pick(v) for k, v in codes.items()}, new_words, other, alerts, breakers,
+        )
+
+    @staticmethod
+    def _rare(
+        cols: Sequence[Sequence[Any]], kinds: np.ndarray, t: np.ndarray
+    ) -> tuple[list[Any], list[Any]]:
+        """ALERT and BREAKER events as small tuples (few of them; their src/dst are words)."""
+        sub, src, dst, val = (cols[_F[k]] for k in ("subject", "src", "dst", "value"))
+        alerts = [
+            (float(t[j]), str(sub[j]), dst[j] == "firing", val[j])
+            for j in np.flatnonzero(kinds == _ALERT).tolist()
+        ]
+        breakers = [
+            (float(t[j]), str(sub[j]), str(src[j]), str(dst[j]), str(cols[_F["reason"]][j]))
+            for j in np.flatnonzero(kinds == _BREAKER).tolist()
+        ]
+        return sorted(alerts, key=lambda a: a[0]), sorted(breakers, key=lambda b: b[0])
+
+    @staticmethod
+    def _codes(col: Sequence[Any], table: dict[Any, int]) -> tuple[np.ndarray, list[str]]:
+        """Factorize one string column; `len(table) - 1` is the next code (None is -1)."""
+        first_new = len(table) - 1
+        add = table.setdefault
+        arr = np.fromiter((add(x, len(table) - 1) for x in col), dtype=np.int32, count=len(col))
+        if len(table) - 1 == first_new:
+            return arr, []
+        fresh = np.flatnonzero(arr >= first_new)
+        _, first = np.unique(arr[fresh], return_index=True)
+        return arr, [str(col[fresh[j]]) for j in first]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    task_id: str
+    state: str
+    since: float
+    attempt: int | None
+    batch_id: str | None
+    trace_id: str | None
+    worker: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    t: float
+    kind: str
+    src: str | None
+    dst: str | None
+    reason: str | None
+    attempt: int | None
+    worker: str | None
+    subject: str | None
+    value: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHistory:
+    """One task's whole story, with the sums a person asks first."""
+
+    task_id: str
+    trace_id: str | None
+    batch_id: str | None
+    rows: tuple[HistoryRow, ...]
+    attempts: int
+    waited_s: float
+    queued_s: float
+    running_s: float
+    errors: tuple[str, ...]
+    state: str | None
+
+
+class _Grow:
+    """A growable numpy column (amortized O(1) append)."""
+
+    __slots__ = ("a", "n")
+
+    def __init__(self, dtype: Any) -> None:
+        self.a = np.empty(0, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.a):
+            bigger = np.empty(max(need, 2 * len(self.a), 1024), dtype=self.a.dtype)
+            bigger[: self.n] = self.a[: self.n]
+            self.a = bigger
+        self.a[self.n : need] = values
+        self.n = need
+
+    @property
+    def v(self) -> np.ndarray:
+        return self.a[: self.n]
+
+
+class TaskIndex:
+    """The events of a trace, indexed for the task table, drill-down, counts and alerts."""
+
+    def __init__(self) -> None:
+        self.words: dict[str, list[str]] = {name: [] for name in VOCABS}
+        self.kinds: list[str] = list(KINDS)
+        cols = {"t": float, "kind": np.int8, "src": np.int8, "dst": np.int8,
+                "attempt": float, "value": float}
+        self._ev = {name: _Grow(dt) for name, dt in cols.items()}
+        self._ev |= {name: _Grow(np.int32) for name in VOCABS}
+        # intervals: one per state move; event index, start, end, state
+        self._iv = {"ev": _Grow(np.int64), "start": _Grow(float), "end": _Grow(float),
+                    "state": _Grow(np.int8)}
+        self._open = np.full(0, -1, dtype=np.int64)  # task code -> its open interval
+        self._ckpt = [np.zeros(len(STATES), dtype=np.int64)]
+        self._totals = np.zeros(len(STATES), dtype=np.int64)
+        self._alerts: list[tuple[float, str, bool, float | None]] = []
+        self.breakers: list[tuple[float, str, str, str, str]] = []
+        self._task_of: dict[str, int] | None = None
+
+    @property
+    def n_events(self) -> int:
+        return self._ev["t"].n
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.words["task_id"])
+
+    @property
+    def last_t(self) -> float | None:
+        return float(self._ev["t"].v[-1]) if self.n_events else None
+
+    def extend(self, chunk: EventChunk) -> None:
+        """Append a chunk (decoded in order after the previous one)."""
+        if not len(chunk):
+            return
+        for name, words in chunk.new_words.items():
+            self.words[name].extend(words)
+        self.kinds.extend(chunk.other_kinds)
+        if chunk.new_words["task_id"]:
+            self._task_of = None
+        base = self.n_events
+        for name in ("t", "kind", "src", "dst", "attempt", "value"):
+            self._ev[name].extend(getattr(chunk, name))
+        for name in VOCABS:
+            self._ev[name].extend(chunk.codes[name])
+        self._add_intervals(chunk, base)
+        self._alerts.extend(chunk.alerts)
+        self.breakers.extend(chunk.breakers)
+
+    def _add_intervals(self, chunk: EventChunk, base: int) -> None:
+        moves = np.flatnonzero(((chunk.kind == _MOVE) | (chunk.kind == _SUBMIT))
+                               & (chunk.dst >= 0) & (chunk.codes["task_id"] >= 0))
+        if not len(moves):
+            self._ckpt_update(np.empty(0, np.int8), np.empty(0, np.int8))
+            return
+        task = chunk.codes["task_id"][moves].astype(np.int64)
+        t = chunk.t[moves]
+        first_iv = self._iv["ev"].n
+        ends = np.full(len(moves), np.inf)
+        order = np.argsort(task, kind="stable")
+        same = task[order][1:] == task[order][:-1]
+        ends[order[:-1][same]] = t[order[1:][same]]
+        if self.n_tasks > len(self._open):
+            grown = np.full(max(self.n_tasks, 2 * len(self._open)), -1, dtype=np.int64)
+            grown[: len(self._open)] = self._open
+            self._open = grown
+        is_first = np.ones(len(moves), bool)
+        is_first[order[1:][same]] = False
+        firsts = np.flatnonzero(is_first)
+        prev = self._open[task[firsts]]
+        known = prev >= 0
+        self._iv["end"].a[prev[known]] = t[firsts[known]]
+        is_last = np.ones(len(moves), bool)
+        is_last[order[:-1][same]] = False
+        lasts = np.flatnonzero(is_last)
+        self._open[task[lasts]] = first_iv + lasts
+        self._iv["ev"].extend(base + moves)
+        self._iv["start"].extend(t)
+        self._iv["end"].extend(ends)
+        self._iv["state"].extend(chunk.dst[moves])
+        self._ckpt_update(chunk.src[moves], chunk.dst[moves])
+
+    def _ckpt_update(self, src: np.ndarray, dst: np.ndarray) -> None:
+        n_before = self._iv["ev"].n - len(dst)
+        k = len(STATES)
+        delta = np.zeros((len(dst), k), dtype=np.int64)
+        delta[np.arange(len(dst)), dst] += 1
+        has_src = src >= 0
+        np.subtract.at(delta, (np.flatnonzero(has_src), src[has_src]), 1)
+        cum = np.cumsum(delta, axis=0) + self._totals
+        next_ck = len(self._ckpt) * CHECKPOINT
+        while next_ck <= n_before + len(dst):
+            self._ckpt.append(cum[next_ck - n_before - 1].copy())
+            next_ck += CHECKPOINT
+        if len(dst):
+            self._totals = cum[-1].copy()
+
+    def _word(self, vocab: str, code: int) -> str | None:
+        return self.words[vocab][code] if code >= 0 else None
+
+    # -- questions ----------------------------------------------------------------------
+
+    def counts_at(self, t: float) -> dict[str, int]:
+        """How many tasks were in each state at `t`: checkpoint + at most CHECKPOINT moves."""
+        n = int(np.searchsorted(self._iv["start"].v, t, "right"))
+        c = n // CHECKPOINT
+        counts = self._ckpt[c].copy()
+        lo = c * CHECKPOINT
+        if n > lo:
+            state = self._iv["state"].v[lo:n]
+            counts += np.bincount(state, minlength=len(STATES))
+            src = self._ev["src"].v[self._iv["ev"].v[lo:n]]
+            src = src[src >= 0]
+            counts -= np.bincount(src, minlength=len(STATES))
+        return {s: int(x) for s, x in zip(STATES, counts, strict=True)}
+
+    def tasks_at(
+        self, t: float, state: str | None = None, query: str = "", limit: int = 300
+    ) -> tuple[list[TaskRow], int]:
+        """Tasks in `state` (any if None) at `t` matching `query`, newest change first."""
+        n = int(np.searchsorted(self._iv["start"].v, t, "right"))
+        mask = self._iv["end"].v[:n] > t
+        if state is not None:
+            mask &= self._iv["state"].v[:n] == STATES.index(state)
+        if query:
+            tasks = self.find(query)
+            task_of_iv = self._ev["task_id"].v[self._iv["ev"].v[:n]]
+            mask &= np.isin(task_of_iv, tasks)
+        hits = np.flatnonzero(mask)
+        newest = hits[::-1][:limit]
+        return [self._row(int(k)) for k in newest], len(hits)
+
+    def _row(self, k: int) -> TaskRow:
+        e = int(self._iv["ev"].v[k])
+        ev = self._ev
+        att = ev["attempt"].a[e]
+        return TaskRow(
+            self._word("task_id", int(ev["task_id"].a[e])) or "?",
+            STATES[int(self._iv["state"].a[k])], float(self._iv["start"].a[k]),
+            None if np.isnan(att) else int(att),
+            self._word("batch_id", int(ev["batch_id"].a[e])),
+            self._word("trace_id", int(ev["trace_id"].a[e])),
+            self._word("worker", int(ev["worker"].a[e])),
+            self._word("reason", int(ev["reason"].a[e])),
+        )
+
+    def find(self, query: str) -> np.ndarray:
+        """Task codes whose task_id or trace_id equals, else contains, `query`."""
+        q = query.strip()
+        if self._task_of is None:
+            self._task_of = {w: i for i, w in enumerate(self.words["task_id"])}
+        exact = self._task_of.get(q)
+        if exact is not None:
+            return np.array([exact])
+        traces = self.words["trace_id"]
+        try:
+            tr = traces.index(q)
+        except ValueError:
+            tr = -1
+        if tr < 0:
+            tasks = [i for i, w in enumerate(self.words["task_id"]) if q in w]
+            trs = [i for i, w in enumerate(traces) if q in w]
+        else:
+            tasks, trs = [], [tr]
+        if trs:
+            mask = np.isin(self._ev["trace_id"].v, trs)
+            tasks = np.union1d(tasks, np.unique(self._ev["task_id"].v[mask]))
+        return np.asarray(tasks, dtype=np.int64)
+
+    def resolve(self, query: str) -> str | None:
+        """The one task id a drill-down query names (a task id, or a trace's first task)."""
+        found = self.find(query)
+        return self.words["task_id"][int(found[0])] if len(found) else None
+
+    def history(self, task_id: str, t: float | None = None) -> TaskHistory | None:
+        """Every event of one task, with attempts, waits and errors summed up (up to `t`)."""
+        code = self.find(task_id)
+        if len(code) != 1 or self.words["task_id"][int(code[0])] != task_id:
+            return None
+        ev = self._ev
+        rows_i = np.flatnonzero(ev["task_id"].v == int(code[0]))
+        rows = tuple(self._history_row(int(e)) for e in rows_i)
+        shown = [r for r in rows if t is None or r.t <= t]
+        first = int(rows_i[0])
+        return _summarize(
+            task_id, self._word("trace_id", int(ev["trace_id"].a[first])),
+            self._word("batch_id", int(ev["batch_id"].a[first])), shown,
+        )
+
+    def _history_row(self, e: int) -> HistoryRow:
+        ev = self._ev
+        src, dst, att = int(ev["src"].a[e]), int(ev["dst"].a[e]), ev["attempt"].a[e]
+        return HistoryRow(
+            float(ev["t"].a[e]), self.kinds[int(ev["kind"].a[e])],
+            STATES[src] if src >= 0 else None, STATES[dst] if dst >= 0 else None,
+            self._word("reason", int(ev["reason"].a[e])),
+            None if np.isnan(att) else int(att),
+            self._word("worker", int(ev["worker"].a[e])),
+            self._word("subject", int(ev["subject"].a[e])), _f(ev["value"].a[e]),
+        )
+
+    def alerts_at(self, t: float) -> list[AlertRow]:
+        """Alert rules firing at `t`, with the time each started firing (few events: a scan)."""
+        firing: dict[str, AlertRow] = {}
+        for at, rule, is_firing, value in self._alerts:
+            if at > t:
+                break
+            if is_firing:
+                firing.setdefault(rule, AlertRow(rule, at, value))
+            else:
+                firing.pop(rule, None)
+        return list(firing.values())
+
+
+
+def _f(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def _summarize(
+    task_id: str, trace: str | None, batch: str | None, shown: list[HistoryRow]
+) -> TaskHistory:
+    attempts = max((r.attempt or 0 for r in shown if r.kind == "move" and r.dst == "RUNNING"),
+                   default=0)
+    waited = sum(r.value or 0.0 for r in shown if r.kind == "wait")
+    queued = running = 0.0
+    state, since = None, None
+    errors = []
+    for r in shown:
+        if r.kind not in ("move", "submit") or r.dst is None:
+            continue
+        if since is not None and state == "PENDING":
+            queued += r.t - since
+        elif since is not None and state == "RUNNING":
+            running += r.t - since
+        if r.src == "RUNNING" and r.dst != "SUCCESS" and r.reason:
+            errors.append(r.reason)
+        state, since = r.dst, r.t
+    return TaskHistory(task_id, trace, batch, tuple(shown), attempts, waited, queued, running,
+                       tuple(errors), state)
