@@ -62,6 +62,7 @@ class Downstream:
         self.in_flight = 0
         self.max_in_flight = 0
         self.per_second: dict[int, int] = {}
+        self.per_tenth: dict[int, int] = {}
         self.latencies: list[float] = []
 
     def call(self, held: list[Any], task: Task) -> Generator[simpy.Event, Any, str | None]:
@@ -129,6 +130,8 @@ class Downstream:
             self.max_in_flight = self.in_flight
         second = int(now)
         self.per_second[second] = self.per_second.get(second, 0) + 1
+        tenth = int(now * 10)
+        self.per_tenth[tenth] = self.per_tenth.get(tenth, 0) + 1
 
     def _received(self, error: str | None, latency: float) -> None:
         self.in_flight -= 1
@@ -152,4 +155,11 @@ class Downstream:
 
     @property
     def peak_rps(self) -> int:
+        """Most requests sent in any one second."""
         return max(self.per_second.values(), default=0)
+
+    @property
+    def peak_rps_100ms(self) -> int:
+        """Most requests sent in any 100 ms, as a per-second rate: synchronized retries
+        show here even when a whole second looks calm."""
+        return 10 * max(self.per_tenth.values(), default=0)

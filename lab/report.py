@@ -92,6 +92,7 @@ def _downstream(sim: Simulation, name: str) -> dict[str, Any]:
         "max_in_flight": ds.max_in_flight,
         "breaker_opens": guard.breaker.opens if guard.breaker is not None else 0,
         "peak_rps": ds.peak_rps,
+        "peak_rps_100ms": ds.peak_rps_100ms,
         "latency_p99_s": _r(percentile(ds.latencies, 99)),
         "provider_abandoned": ds.provider.abandoned,
         "rule_of_thumb_limit": thumb,
@@ -141,12 +142,13 @@ def check_slo(sim: Simulation, report: dict[str, Any]) -> dict[str, Any]:
         p99 = biz["p99_s"]
         if p99 is None or p99 > slo.business_p99_s:
             broken.append(f"business p99 {p99}s > {slo.business_p99_s}s")
-    if slo.business_timeouts is not None and biz is not None:
-        if biz["timeouts"] > slo.business_timeouts:
-            broken.append(f"business timeouts {biz['timeouts']} > {slo.business_timeouts}")
-    if slo.makespan_s is not None:
-        if not report["finished"] or report["makespan_s"] > slo.makespan_s:
-            broken.append(f"makespan {report['makespan_s']}s > {slo.makespan_s}s"
+    if (slo.business_timeouts is not None and biz is not None
+            and biz["timeouts"] > slo.business_timeouts):
+        broken.append(f"business timeouts {biz['timeouts']} > {slo.business_timeouts}")
+    if slo.makespan_s is not None and (
+        not report["finished"] or report["makespan_s"] > slo.makespan_s
+    ):
+        broken.append(f"makespan {report['makespan_s']}s > {slo.makespan_s}s"
                           + ("" if report["finished"] else " (did not finish)"))
     if slo.success_rate is not None:
         t = report["tasks"]
@@ -193,14 +195,14 @@ def render_text(report: dict[str, Any]) -> str:
         f"simpy events    {r['events']}  ({r['events_per_task']} per task)",
     ]
     if r["downstreams"]:
-        lines += ["", "downstream      calls     ok    429  errors timeouts  max-in-flight  "
-                      "breaker-opens  peak-rps  limit (rule of thumb)"]
+        lines += ["", "downstream      calls      ok     429  errors timeouts  in-flight  "
+                      "breaker  peak-rps (100ms)  limit (rule of thumb)"]
         for name, d in r["downstreams"].items():
             lines.append(
-                f"{name:<14}{d['calls']:>7}{d['ok']:>7}{d['rejected_429']:>7}{d['errors']:>8}"
-                f"{d['timeouts']:>9}{d['max_in_flight']:>15}{d['breaker_opens']:>15}"
-                f"{d['peak_rps']:>10}  {_fmt(d['configured_limit'])} "
-                f"({_fmt(d['rule_of_thumb_limit'])})"
+                f"{name:<14}{d['calls']:>7}{d['ok']:>8}{d['rejected_429']:>8}{d['errors']:>8}"
+                f"{d['timeouts']:>9}{d['max_in_flight']:>11}{d['breaker_opens']:>8}x"
+                f"{d['peak_rps']:>9} ({d['peak_rps_100ms']:>6})  "
+                f"{_fmt(d['configured_limit'])} ({_fmt(d['rule_of_thumb_limit'])})"
             )
     if r["pools"]:
         lines += ["", "pool            size  max-in-use  acquires  wait-mean  wait-p99  timeouts"]

@@ -61,7 +61,7 @@ class TimelineRecorder:
         self.writer = writer
         self.interval = sim.sc.sample_interval_s
         self._last_done = 0
-        self._last_calls = {name: 0 for name in sim.downstreams}
+        self._last_calls = dict.fromkeys(sim.downstreams, 0)
         self._biz_seen = 0
 
     def __call__(self, sim: Simulation) -> None:
