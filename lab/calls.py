@@ -37,7 +37,7 @@ class Downstream:
 
     def __init__(
         self, env: simpy.Environment, name: str, spec: DownstreamSpec, guard: Guard,
-        provider: Provider, retry_rng: random.Random, emit: Callable[[Event], None],
+        provider: Provider, retry_rng: random.Random,
     ) -> None:
         self.env = env
         self.name = name
@@ -50,7 +50,8 @@ class Downstream:
             spec.client.retry_budget.build() if spec.client.retry_budget else None
         )
         self.rng = retry_rng
-        self.emit = emit
+        #: Where a failed attempt is reported for the task's history (the trace), if anywhere.
+        self.detail: Callable[[Event], None] | None = None
         self.calls = 0
         self.ok = 0
         self.r429 = 0
@@ -61,30 +62,60 @@ class Downstream:
         self.paced = 0
         self.in_flight = 0
         self.max_in_flight = 0
-        self.per_second: dict[int, int] = {}
         self.per_tenth: dict[int, int] = {}
         self.latencies: list[float] = []
 
     def call(self, held: list[Any], task: Task) -> Generator[simpy.Event, Any, str | None]:
         """One logical call with its retries; None on success, else the final error kind.
 
-        `held` is the task's list of things to give back if its worker dies mid-call.
+        `held` is the task's list of things to give back if its worker dies mid-call. The
+        admission is inlined rather than a sub-generator: every level of `yield from` is paid
+        again on each resume, and calls are the hottest path of a simulation.
         """
         env = self.env
+        guard = self.guard
+        passthrough = guard.passthrough
         retry = 0
         previous: float | None = None
         while True:
             if self.budget is not None:
                 self.budget.record_attempt(env.now, retry == 0)
-            error = yield from self._attempt(held)
+            waiter = None
+            if not passthrough:
+                waiter = Waiter()
+                answer = guard.admit(waiter, env.now)
+                if answer is not GO:
+                    if answer is QUEUED:
+                        waiter.event = env.event()
+                        held.append(("queued", self, waiter))
+                        yield waiter.event
+                        held.pop()
+                        answer = guard.resume(env.now)
+                    elif isinstance(answer, Rejected):
+                        self.rejected += 1
+                        if self.detail is not None:
+                            self._failed(task, ErrorKind.BREAKER_OPEN, retry)
+                        return ErrorKind.BREAKER_OPEN
+                    if isinstance(answer, Pace):
+                        self.paced += 1
+                        held.append(("paced", self, waiter))
+                        yield env.timeout(answer.wait)
+                        held.pop()
+            held.append(("inflight", self, waiter))
+            start = env.now
+            self._sent(start)
+            error = yield from self.provider.request(self.timeout)
+            held.pop()
+            now = env.now
+            self._received(error, now - start)
+            if not passthrough:
+                for woken in guard.record(now, error is None, now - start):
+                    woken.event.succeed()
             if error is None:
                 return None
-            self.emit(Event(env.now, EventKind.CALL, task.task_id, task.batch_id, None, None,
-                            None, error, task.retry_count + 1, task.worker_id, self.name,
-                            float(retry)))
-            if error == ErrorKind.BREAKER_OPEN:
-                return error
-            decision = self.policy.decide(retry, error, self.rng, previous, self.budget, env.now)
+            if self.detail is not None:
+                self._failed(task, error, retry)
+            decision = self.policy.decide(retry, error, self.rng, previous, self.budget, now)
             if not decision.retry:
                 return error
             self.retries += 1
@@ -93,43 +124,17 @@ class Downstream:
             if decision.delay > 0:
                 yield env.timeout(decision.delay)
 
-    def _attempt(self, held: list[Any]) -> Generator[simpy.Event, Any, str | None]:
-        env = self.env
-        guard = self.guard
-        waiter = Waiter()
-        answer = guard.admit(waiter, env.now)
-        if answer is not GO:
-            if answer is QUEUED:
-                waiter.event = env.event()
-                held.append(("queued", self, waiter))
-                yield waiter.event
-                held.pop()
-                answer = guard.resume(env.now)
-            elif isinstance(answer, Rejected):
-                self.rejected += 1
-                return ErrorKind.BREAKER_OPEN
-            if isinstance(answer, Pace):
-                self.paced += 1
-                held.append(("paced", self, waiter))
-                yield env.timeout(answer.wait)
-                held.pop()
-        held.append(("inflight", self, waiter))
-        start = env.now
-        self._sent(start)
-        error = yield from self.provider.request(self.timeout)
-        held.pop()
-        self._received(error, env.now - start)
-        for woken in guard.record(env.now, error is None, env.now - start):
-            woken.event.succeed()
-        return error
+    def _failed(self, task: Task, error: str, retry: int) -> None:
+        """A failed attempt goes into the task's history (the monitor's drill-down)."""
+        self.detail(Event(self.env.now, EventKind.CALL, task.task_id, task.batch_id, None, None,
+                        None, error, task.retry_count + 1, task.worker_id, self.name,
+                        float(retry)))
 
     def _sent(self, now: float) -> None:
         self.calls += 1
         self.in_flight += 1
         if self.in_flight > self.max_in_flight:
             self.max_in_flight = self.in_flight
-        second = int(now)
-        self.per_second[second] = self.per_second.get(second, 0) + 1
         tenth = int(now * 10)
         self.per_tenth[tenth] = self.per_tenth.get(tenth, 0) + 1
 
@@ -155,8 +160,11 @@ class Downstream:
 
     @property
     def peak_rps(self) -> int:
-        """Most requests sent in any one second."""
-        return max(self.per_second.values(), default=0)
+        """Most requests sent in any one (whole) second."""
+        per_second: dict[int, int] = {}
+        for tenth, n in self.per_tenth.items():
+            per_second[tenth // 10] = per_second.get(tenth // 10, 0) + n
+        return max(per_second.values(), default=0)
 
     @property
     def peak_rps_100ms(self) -> int:

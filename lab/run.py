@@ -76,7 +76,7 @@ def run_scenario(
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
         writer = TraceWriter(trace, header(sim, series_names(sim)), flush_every=5_000)
-        sim.scheduler.emit.add(_trace_sink(writer))
+        sim.record_history(_trace_sink(writer))
         sim.on_sample = TimelineRecorder(sim, writer)
     try:
         sim.run()

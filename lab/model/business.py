@@ -57,6 +57,15 @@ class BusinessTraffic:
     def run(self):  # type: ignore[no-untyped-def]
         """The arrival process: Poisson gaps at the current rate, jumping at rate changes."""
         env = self.env
+        if not self.steps:  # a constant rate: the tight loop
+            rate, expo = self.spec.rate, self.expo
+            if rate <= 0:
+                return
+            while not self.stopped:
+                yield env.timeout(expo(rate))
+                if not self.stopped:
+                    self.arrive()
+            return
         while not self.stopped:
             now = env.now
             rate = self.rate_at(now)

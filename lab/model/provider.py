@@ -84,8 +84,23 @@ class Provider:
             u = self.error_random()
             if u < self.error_total:
                 error = next(kind for cum, kind in self.errors if u < cum)
-        if self.servers is not None:
-            return (yield from self._served(error, client_timeout))
+        servers = self.servers
+        if servers is not None:  # the capacity model, inlined: this is the hottest path
+            job = env.event()
+            if servers.try_acquire(job):
+                self._start(job)
+            if client_timeout is None:
+                yield job
+                return error
+            answer = env.event()
+            job.callbacks.append(lambda _: answer.triggered or answer.succeed(error))
+            env.timeout(client_timeout).callbacks.append(
+                lambda _: answer.triggered or answer.succeed(TIMEOUT)
+            )
+            result = yield answer
+            if result == TIMEOUT and not job.processed:
+                self.abandoned += 1
+            return result  # type: ignore[no-any-return]
         latency = self.latency()
         if self.slowdowns:
             latency *= self._factor(now)
@@ -111,27 +126,6 @@ class Provider:
         return str(outage.error)
 
     # -- the capacity model ----------------------------------------------------------------
-
-    def _served(
-        self, error: str | None, client_timeout: float | None
-    ) -> Generator[simpy.Event, Any, str | None]:
-        env = self.env
-        job = env.event()
-        servers = self.servers
-        assert servers is not None
-        if servers.try_acquire(job):
-            self._start(job)
-        if client_timeout is None:
-            yield job
-            return error
-        answer = env.event()
-        job.callbacks.append(lambda _: answer.triggered or answer.succeed(error))
-        timer = env.timeout(client_timeout)
-        timer.callbacks.append(lambda _: answer.triggered or answer.succeed(TIMEOUT))
-        result = yield answer
-        if result == TIMEOUT and not job.processed:
-            self.abandoned += 1
-        return result  # type: ignore[no-any-return]
 
     def _start(self, job: simpy.Event) -> None:
         """Serve one job; when it ends, hand the server to the next queued job."""

@@ -62,7 +62,7 @@ Admission = _Go | _Queued | Pace | Rejected
 class Guard:
     """Breaker, bulkhead, token bucket and adaptive limit of one downstream; each optional."""
 
-    __slots__ = ("adaptive", "breaker", "bucket", "bulkhead", "emit", "name")
+    __slots__ = ("adaptive", "breaker", "bucket", "bulkhead", "emit", "name", "passthrough")
 
     def __init__(
         self,
@@ -80,6 +80,9 @@ class Guard:
         self.breaker = breaker
         self.adaptive = adaptive
         self.emit = emit
+        #: No fuse at all: admit always answers GO and record does nothing, so a driver may
+        #: skip both (the incident's unguarded partner).
+        self.passthrough = bulkhead is None and bucket is None and breaker is None
         if adaptive is not None and bulkhead is not None:
             bulkhead.set_limit(adaptive.limit)
 

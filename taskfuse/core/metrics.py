@@ -180,6 +180,7 @@ class AlertEvaluator:
         self.baseline_samples = baseline_samples
         self.window_s = window_s
         self._since: dict[str, float] = {}
+        self._p99_cache: tuple[float, float | None] = (-1e300, None)
         self.firing: dict[str, float] = {}
         self.history: list[list[float | str | None]] = []  # [rule, fired_at, resolved_at]
 
@@ -198,6 +199,15 @@ class AlertEvaluator:
         return c[TaskStatus.SUCCESS.value] + c[TaskStatus.FAILED.value]
 
     def _p99_ratio(self, now: float) -> float | None:
+        """Recomputed at most every 5 s: a percentile over a window is not worth more."""
+        at, value = self._p99_cache
+        if now - at < 5.0:
+            return value
+        value = self._compute_p99_ratio(now)
+        self._p99_cache = (now, value)
+        return value
+
+    def _compute_p99_ratio(self, now: float) -> float | None:
         worst = None
         for batch, durations in self.metrics.durations.items():
             base = self.baseline.get(batch, self.baseline.get("*"))

@@ -44,6 +44,7 @@ from taskfuse.core.task import Batch, Outcome, Task, TaskSpec, move
 _RUNNING = TaskStatus.RUNNING
 _PENDING = TaskStatus.PENDING
 _MOVE = EventKind.MOVE
+_NOTHING: frozenset[str] = frozenset()
 
 
 class SchedulerError(TaskfuseError):
@@ -117,6 +118,7 @@ class Scheduler:
         self.emit = Emitter(list(sinks))
         self.budget = budget
         self.guards: dict[str, Guard] = {}
+        self._gated: list[Guard] = []  # guards with a breaker: the only ones that can block
         self._custom: dict[tuple[str, int], RetryPolicy] = {}  # policies with a task's max_retry
         seq = count(1)
         self._new_id = ids or (lambda: f"t{next(seq)}")
@@ -129,6 +131,7 @@ class Scheduler:
         if guard.breaker is not None and guard.breaker.listener is None:
             guard.breaker.listener = guard.breaker_listener
         self.guards[guard.name] = guard
+        self._gated = [g for g in self.guards.values() if g.breaker is not None]
         return guard
 
     def policy_for(self, kind: str) -> RetryPolicy:
@@ -210,9 +213,10 @@ class Scheduler:
 
     def blocked(self, now: float) -> frozenset[str]:
         """Downstreams whose breaker keeps their tasks PENDING right now."""
-        if not self.guards:
-            return frozenset()
-        return frozenset(name for name, g in self.guards.items() if g.blocks(now))
+        gated = self._gated
+        if not gated:
+            return _NOTHING
+        return frozenset(g.name for g in gated if g.blocks(now))
 
     def claim(self, worker_id: str, now: float, n: int = 1) -> Work | Idle:
         tasks = self.store.claim(worker_id, now, n, self.blocked(now))

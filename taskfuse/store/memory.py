@@ -208,7 +208,8 @@ class MemoryStore:
         best_head = None
         caps = self._caps
         tasks = self._tasks
-        for lane, heap in list(self._lanes.items()):
+        lanes = self._lanes
+        for lane, heap in list(lanes.items()) if len(lanes) > 1 else tuple(lanes.items()):
             batch_id, downstreams = lane
             if batch_id in caps and self._batch_counts[batch_id][_RUNNING] >= caps[batch_id]:
                 continue
