@@ -1,0 +1,214 @@
+"""Whole simulations: determinism, SLO exit codes, the report's shape, faults, DAGs, caps,
+breakers, duplicates and the trace."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lab.cli import main
+from taskfuse.trace import TraceError, read_trace
+
+from .conftest import SCENARIOS, simulate
+
+JSON_KEYS = {
+    "scenario", "seed", "makespan_s", "sim_time_s", "wall_s", "events", "tasks", "attempts",
+    "retries", "wait_s", "run_s", "downstreams", "pools", "business", "alerts", "slo",
+}
+
+
+def test_same_file_and_seed_give_byte_identical_report_and_trace(tmp_path, capsys) -> None:
+    a, b, c = tmp_path / "a.trace", tmp_path / "b.trace", tmp_path / "c.trace"
+    incident = str(SCENARIOS / "incident.yaml")
+    assert main(["simulate", incident, "--trace", str(a)]) == 1
+    first = capsys.readouterr().out
+    assert main(["simulate", incident, "--trace", str(b)]) == 1
+    assert capsys.readouterr().out == first
+    assert a.read_bytes() == b.read_bytes()
+    main(["simulate", incident, "--trace", str(c), "--seed", "8"])
+    assert capsys.readouterr().out != first
+    assert c.read_bytes() != a.read_bytes()
+
+
+def test_incident_breaks_its_slo_and_the_fix_keeps_it(capsys) -> None:
+    assert main(["simulate", str(SCENARIOS / "incident.yaml"), "--json", "--no-trace"]) == 1
+    incident = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(SCENARIOS / "incident-fixed.yaml"), "--json",
+                 "--no-trace"]) == 0
+    fixed = json.loads(capsys.readouterr().out)
+    assert JSON_KEYS <= set(incident) and JSON_KEYS <= set(fixed)
+    biz = incident["business"]
+    assert biz["p99_s"] >= 1.0 and biz["timeouts"] > 0 and biz["breaker_opens"] > 0
+    assert not incident["slo"]["ok"] and incident["slo"]["violations"]
+    assert fixed["business"]["p99_s"] < 0.06 and fixed["business"]["timeouts"] == 0
+    assert fixed["makespan_s"] > incident["makespan_s"]
+    assert fixed["downstreams"]["partner"]["rule_of_thumb_limit"] == 14
+    assert fixed["downstreams"]["partner"]["max_in_flight"] <= 14
+    assert set(incident["tasks"]) >= {"SUCCESS", "FAILED", "TIMEOUT", "CANCELED", "PENDING",
+                                      "RUNNING", "submitted"}
+    assert set(incident["wait_s"]) == {"mean", "p50", "p99"}
+    assert set(incident["pools"]["shared"]) >= {"size", "max_in_use", "wait_mean_s",
+                                                "wait_p99_s"}
+
+
+def test_seed_demo_states_and_its_timeout_variant() -> None:
+    demo = (SCENARIOS / "seed-demo.yaml").read_text()
+    assert simulate(demo).report["tasks"]["SUCCESS"] == 12
+    tasks = simulate(demo, overrides=["batches.short.program.0.work=3"]).report["tasks"]
+    assert (tasks["SUCCESS"], tasks["TIMEOUT"]) == (8, 4)
+
+
+def test_a_crashed_worker_leaves_its_task_to_the_watchdog() -> None:
+    run = simulate("""
+    workers: 2
+    task_timeout_s: 5
+    watchdog_interval_s: 0.5
+    retry: {max_retry: 1, backoff: {kind: none}}
+    faults: [{kind: worker_crash, at_s: 1, workers: 1}]
+    batches:
+      - id: b
+        count: 4
+        program: [{work: 2.0}]
+    """)
+    r = run.report
+    assert r["workers_crashed"] == 1
+    assert r["tasks"]["SUCCESS"] == 4  # the orphan timed out at 5 s and was retried
+    assert r["retries"] == 1 and r["attempts"] == 5
+    history = [e for e in run.simulation.scheduler.store.all_tasks() if e.retry_count]
+    assert [t.error_kind for t in history] == ["timeout"]
+
+
+def test_dag_children_wait_for_their_parent_and_die_with_it() -> None:
+    text = """
+    workers: 4
+    retry: {{max_retry: 0}}
+    downstreams:
+      api: {{provider: {{latency: 0.1, errors: {{bad_params: {p}}}}}}}
+    batches:
+      - id: sku
+        count: 3
+        program: [{{call: {{downstream: api}}}}]
+        children:
+          - kind: image
+            count: 2
+            program: [{{work: 0.5}}]
+    """
+    ok = simulate(text.format(p=0.0))
+    assert ok.report["tasks"]["SUCCESS"] == 9
+    store = ok.simulation.scheduler.store
+    for child in (t for t in store.all_tasks() if t.kind == "image"):
+        parent = store.get(child.depends_on[0])
+        assert child.started_at >= parent.finished_at
+    bad = simulate(text.format(p=1.0)).report["tasks"]
+    assert (bad["FAILED"], bad["CANCELED"]) == (3, 6)
+
+
+def test_batch_cap_bounds_running_tasks(tmp_path) -> None:
+    trace = tmp_path / "cap.trace"
+    simulate("""
+    workers: 10
+    batches:
+      - {id: capped, count: 30, cap: 3, program: [{work: 1.0}]}
+      - {id: free, count: 30, program: [{work: 1.0}]}
+    """, trace=trace)
+    tr = read_trace(trace)
+    assert np.nanmax(tr.series("batch.capped.RUNNING")[1]) == 3
+    assert np.nanmax(tr.series("batch.free.RUNNING")[1]) >= 7
+
+
+BREAKER = """
+workers: 5
+retry: {max_retry: 1, backoff: {kind: fixed, base: 0.1, jitter: none}}
+downstreams:
+  api:
+    provider:
+      latency: 0.05
+      outages: [{start_s: 0, end_s: 3, mode: error, error: http_503}]
+    client:
+      breaker: {failure_rate: 0.5, window_size: 4, minimum_calls: 4, open_wait_s: 2,
+                half_open_probes: 1}
+batches:
+  - {id: b, count: 40, program: [{call: {downstream: api}}]}
+"""
+
+
+def test_an_open_breaker_holds_tasks_pending_instead_of_burning_attempts(tmp_path) -> None:
+    trace = tmp_path / "b.trace"
+    guarded = simulate(BREAKER, trace=trace).report
+    unguarded = simulate(BREAKER, overrides=["downstreams.api.client.breaker=null"]).report
+    assert unguarded["tasks"]["FAILED"] >= 20  # two attempts each inside the outage
+    assert guarded["tasks"]["SUCCESS"] == 40 and guarded["retries"] < 15
+    tr = read_trace(trace)
+    changes = [(e.t, e.dst) for e in tr.events(kind="breaker")]
+    assert changes[0][1] == "open"
+    opened, half = changes[0][0], next(t for t, dst in changes if dst == "half_open")
+    claims = [e.t for e in tr.events(kind="move") if e.dst == "RUNNING"]
+    assert not [t for t in claims if opened < t < half]  # nothing dispatched while open
+
+
+def test_duplicate_submissions_are_deduplicated() -> None:
+    r = simulate("""
+    workers: 4
+    batches:
+      - {id: b, count: 200, duplicates: 0.3, program: [{work: 0.1}]}
+    """).report
+    assert r["duplicates_submitted"] > 30
+    assert r["tasks"]["SUCCESS"] == 200 and r["attempts"] == 200
+
+
+def test_retry_storm_shows_lockstep_spikes_only_without_jitter() -> None:
+    r = simulate((SCENARIOS / "retry-storm.yaml").read_text(),
+                 overrides=["batches.no-jitter.count=2000", "batches.full-jitter.count=2000"]
+                 ).report
+    nojitter, jitter = r["downstreams"]["nojitter"], r["downstreams"]["jitter"]
+    assert nojitter["peak_rps_100ms"] > 2 * jitter["peak_rps_100ms"]
+    assert nojitter["rejected_429"] > jitter["rejected_429"]
+
+
+def test_metastable_spike_is_survived_only_with_a_retry_budget(tmp_path) -> None:
+    trace = tmp_path / "m.trace"
+    simulate((SCENARIOS / "metastable.yaml").read_text(), trace=trace)
+    tr = read_trace(trace)
+
+    def successes_between(batch: str, a: float, b: float) -> float:
+        t, ok = tr.series(f"batch.{batch}.SUCCESS")
+        return float(ok[np.searchsorted(t, b)] - ok[np.searchsorted(t, a)])
+
+    arrived = 30 * 60  # the load after the spike (t = 120..180 s), 30 tasks/s
+    assert successes_between("budgeted", 120, 180) > 0.9 * arrived  # recovered
+    assert successes_between("naive", 120, 180) < 0.1 * arrived  # still overloaded
+    assert successes_between("naive", 0, 55) > 0.9 * 30 * 55  # fine before the spike
+
+
+def test_trace_has_timeline_events_and_the_report(tmp_path) -> None:
+    trace = tmp_path / "i.trace"
+    run = simulate((SCENARIOS / "incident.yaml").read_text(), trace=trace)
+    tr = read_trace(trace)
+    assert tr.complete and tr.report == json.loads(json.dumps(run.report))
+    t, depth = tr.series("queue_depth")
+    assert len(t) == len(depth) > 10 and np.all(np.diff(t) > 0)
+    assert depth[0] == 3000 - 50  # 50 workers claimed at t=0
+    moves = list(tr.events(kind="move"))
+    assert len(moves) == 2 * 3000
+    one = list(tr.events(task_id="skus-0"))
+    assert [e.kind for e in one][:2] == ["submit", "move"]
+    opened = [e for e in tr.events(kind="breaker") if e.subject == "gateway" and e.dst == "open"]
+    assert opened  # the gateway fuse blew, and the trace says when
+
+
+def test_truncated_and_foreign_traces(tmp_path) -> None:
+    trace = tmp_path / "t.trace"
+    simulate((SCENARIOS / "seed-demo.yaml").read_text(), trace=trace)
+    data = trace.read_bytes()
+    cut = tmp_path / "cut.trace"
+    cut.write_bytes(data[: len(data) - 7])
+    partial = read_trace(cut)
+    assert not partial.complete and partial.truncated
+    junk = tmp_path / "junk.trace"
+    junk.write_bytes(b"hello")
+    with pytest.raises(TraceError, match="not a taskfuse trace"):
+        read_trace(junk)
+    with pytest.raises(TraceError, match="no such trace file"):
+        read_trace(tmp_path / "nope.trace")
