@@ -38,7 +38,7 @@ def test_incident_breaks_its_slo_and_the_fix_keeps_it(capsys) -> None:
     assert main(["simulate", str(SCENARIOS / "incident-fixed.yaml"), "--json",
                  "--no-trace"]) == 0
     fixed = json.loads(capsys.readouterr().out)
-    assert JSON_KEYS <= set(incident) and JSON_KEYS <= set(fixed)
+    assert set(incident) >= JSON_KEYS and set(fixed) >= JSON_KEYS
     biz = incident["business"]
     assert biz["p99_s"] >= 1.0 and biz["timeouts"] > 0 and biz["breaker_opens"] > 0
     assert not incident["slo"]["ok"] and incident["slo"]["violations"]
