@@ -46,9 +46,8 @@ class Downstream:
         self.provider = provider
         self.timeout = spec.client.timeout_s
         self.policy: RetryPolicy = spec.client.retry.build()
-        self.budget: RetryBudget | None = (
-            spec.client.retry_budget.build() if spec.client.retry_budget else None
-        )
+        budget = spec.client.retry.budget
+        self.budget: RetryBudget | None = budget.build() if budget is not None else None
         self.rng = retry_rng
         #: Where a failed attempt is reported for the task's history (the trace), if anywhere.
         self.detail: Callable[[Event], None] | None = None

@@ -201,7 +201,6 @@ class Client(Strict):
     breaker: BreakerSpec | None = None
     adaptive: AdaptiveSpec | None = None
     retry: RetrySpec = RetrySpec(max_retry=0)
-    retry_budget: BudgetSpec | None = None
 
     @model_validator(mode="after")
     def _adaptive_needs_bulkhead(self) -> Client:
@@ -308,7 +307,6 @@ class Child(Strict):
     kind: str
     count: Dist
     program: list[Step] = Field(min_length=1)
-    downstreams: list[str] | None = None
 
 
 class BatchSpec(Strict):

@@ -101,3 +101,36 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys) -> None:
     assert main(["simulate", str(tmp_path / "missing.yaml")]) == 2
     assert "no such scenario file" in capsys.readouterr().err
     assert main(["simulate", str(bad.with_name("x.yaml")), "--set", "a"]) == 2
+
+
+def _fields(model, seen=None):
+    """Every (model name, key) of the scenario format, recursively."""
+    import typing
+
+    from pydantic import BaseModel
+
+    seen = seen if seen is not None else set()
+    out = []
+    for name, field in model.model_fields.items():
+        out.append((model.__name__, field.alias or name))
+        stack = [field.annotation]
+        while stack:
+            t = stack.pop()
+            stack += list(typing.get_args(t))
+            if isinstance(t, type) and issubclass(t, BaseModel) and t.__name__ not in seen:
+                seen.add(t.__name__)
+                out += _fields(t, seen)
+    return out
+
+
+def test_every_key_of_the_format_is_documented() -> None:
+    import re
+
+    from lab.scenario import Scenario
+
+    doc = (SCENARIOS / "README.md").read_text()
+    missing = sorted({
+        f"{model}.{key}" for model, key in _fields(Scenario)
+        if not re.search(rf"[`.{{]{re.escape(key)}[`\]\s:,.]", doc)
+    })
+    assert not missing, f"undocumented scenario keys: {missing}"
