@@ -13,11 +13,9 @@ it found work, so there is no thundering herd and no polling.
 
 from __future__ import annotations
 
-import gc
 import random
 import time
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +37,7 @@ from taskfuse.core.scheduler import Completed, Scheduler, SchedulerConfig, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.store.memory import MemoryStore
+from taskfuse.tuning import collect_rarely
 
 WORK, DB, CALL = 0, 1, 2
 OK = Outcome.success(None)
@@ -485,7 +484,7 @@ class Simulation:
             env.process(self.business.run())
         horizon = env.timeout(self.sc.horizon_s)
         horizon.callbacks.append(lambda _: self.finished.triggered or self.finished.succeed())
-        with _collect_rarely():
+        with collect_rarely():
             env.run(until=self.finished)
         if self.business is not None:
             self.business.stopped = True
@@ -503,22 +502,6 @@ class Simulation:
     def simpy_events(self) -> int:
         """How many simpy events were scheduled: the deterministic measure of cost."""
         return int(next(self.env._eid))  # type: ignore[attr-defined]
-
-
-@contextmanager
-def _collect_rarely() -> Iterator[None]:
-    """Run the cyclic garbage collector less often during a simulation.
-
-    A run keeps every task record alive, so each generation-2 pass rescans them all while
-    almost nothing cyclic is ever freed; passes that often cost a fifth of a large run.
-    The previous thresholds are restored afterwards.
-    """
-    before = gc.get_threshold()
-    gc.set_threshold(50_000, 20, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def _rate_at(base: float, steps: list[tuple[float, float]], now: float) -> float:

@@ -64,7 +64,7 @@ class DownstreamConfig:
 
     def build(self, now: float) -> Guard:
         """Fresh fuse objects for one driver (they hold state, so drivers never share them)."""
-        bulkhead = Bulkhead[Any](self.bulkhead, self.name) if self.bulkhead else None
+        bulkhead = None if self.bulkhead is None else Bulkhead[Any](self.bulkhead, self.name)
         bucket = None
         if self.rate is not None:
             bucket = TokenBucket(self.rate, self.burst or 1.0, start=now)

@@ -121,9 +121,10 @@ class TaskContext:
         if self._stopped:
             return True
         runner = self._runner
-        with runner.lock:
+        with runner.store_lock():
             gone = runner.scheduler.is_cancelled(self.task)
-            if gone:
+        if gone:
+            with runner.lock:
                 self.signal_stop()
         return gone
 
@@ -164,9 +165,10 @@ class TaskContext:
         step that must not be mistaken for a dead worker.
         """
         runner = self._runner
-        with runner.lock:
+        with runner.store_lock():
             ok = runner.scheduler.heartbeat(self.task, runner.clock())
-            if not ok:
+        if not ok:
+            with runner.lock:
                 self.signal_stop()
         return ok
 

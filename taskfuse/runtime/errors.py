@@ -18,7 +18,8 @@ MAX_ERROR_MSG = 2000
 #: Kinds the runtime itself produces for mistakes no retry can fix.
 UNKNOWN_KIND = "unknown_kind"
 BAD_CONFIG = "bad_config"
-RUNTIME_FATAL: frozenset[str] = frozenset({UNKNOWN_KIND, BAD_CONFIG})
+RESULT_ERROR = "result_error"  # the store could not keep what the task returned
+RUNTIME_FATAL: frozenset[str] = frozenset({UNKNOWN_KIND, BAD_CONFIG, RESULT_ERROR})
 
 
 class RuntimeConfigError(TaskfuseError):

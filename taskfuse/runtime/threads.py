@@ -33,6 +33,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.app import App
 from taskfuse.runtime.context import TaskContext
-from taskfuse.runtime.errors import TaskError, outcome_of
+from taskfuse.runtime.errors import RESULT_ERROR, TaskError, outcome_of
 from taskfuse.store.memory import MemoryStore
 
 log = logging.getLogger("taskfuse.runtime")
@@ -52,6 +53,9 @@ log = logging.getLogger("taskfuse.runtime")
 _UNFINISHED = (TaskStatus.PENDING, TaskStatus.RUNNING)
 #: Added to a deadline before the watchdog looks: expire() wants started_at + timeout < now.
 _DEADLINE_SLACK_S = 0.002
+#: Bound of idle waits on a durable store: without notifications, and with them (a net).
+_POLL_S = 0.25
+_LISTEN_BOUND_S = 1.0
 #: Longest pause after a store error in a worker loop (the pause doubles up to this).
 _MAX_ERROR_PAUSE_S = 5.0
 
@@ -100,9 +104,14 @@ class Runner:
         self.lock = threading.Lock()
         self.scheduler: Scheduler = app.scheduler(store, sinks=sinks, now=clock())
         self.stats = RunnerStats()
-        local = isinstance(store, MemoryStore)
-        self._listen = not local and callable(getattr(store, "wait_for_work", None))
-        self._poll_s = poll_s if poll_s is not None else (None if local else 0.25)
+        # In-process store: every change goes through this runner, so waits need no bound.
+        # Durable store: other processes write too; a listener thread turns the store's
+        # wait_for_work into wake-ups, and waits are bounded as a safety net (poll_s).
+        self._local = isinstance(store, MemoryStore)
+        self._listen = not self._local and callable(getattr(store, "wait_for_work", None))
+        if poll_s is None and not self._local:
+            poll_s = _LISTEN_BOUND_S if self._listen else _POLL_S
+        self._poll_s = poll_s
         self._watchdog_s = watchdog_s
         lease = app.config.lease_s
         self._heartbeat_s = heartbeat_s or (lease / 3 if lease else 10.0)
@@ -143,8 +152,8 @@ class Runner:
             self._workers.append(self._spawn(self._work, f"taskfuse-worker-{i}", wid))
         self._threads.append(self._spawn(self._watch, "taskfuse-watchdog"))
         self._threads.append(self._spawn(self._beat, "taskfuse-heartbeat"))
-        if self._listen:
-            self._threads.append(self._spawn(self._listen_loop, "taskfuse-listener"))
+        if self._listen:  # not joined at shutdown: it may sit in the store's wait a while
+            self._spawn(self._listen_loop, "taskfuse-listener")
         if self._tracer is not None:
             self._threads.append(self._spawn(self._tracer.run, "taskfuse-trace"))
         return self
@@ -214,6 +223,19 @@ class Runner:
     def stopping(self) -> bool:
         return self._stopping
 
+    @property
+    def is_local(self) -> bool:
+        """Whether the store lives in this process (MemoryStore): no one else changes it."""
+        return self._local
+
+    def store_lock(self) -> AbstractContextManager[Any]:
+        """The lock around a call that touches only the store (is_cancelled, heartbeat).
+
+        MemoryStore needs the runner's lock; durable stores are thread-safe (a connection per
+        thread, or a pool), so a task polling `ctx.cancelled()` never queues behind a commit.
+        """
+        return self.lock if self._local else nullcontext()
+
     # -- submitting and operator actions ---------------------------------------------------
 
     def spec(self, kind: str, payload: Any = None, **fields: Any) -> TaskSpec:
@@ -268,11 +290,13 @@ class Runner:
         return n
 
     def get(self, task_id: str) -> Task | None:
-        with self.lock:
+        """The stored record of a task (None if unknown)."""
+        with self.store_lock():
             return self.store.get(task_id)
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
-        with self.lock:
+        """Tasks per status in the store (of one batch, or of all)."""
+        with self.store_lock():
             return self.store.counts(batch_id)
 
     def join(self, timeout: float | None = None, batch_id: str | None = None) -> bool:
@@ -291,7 +315,7 @@ class Runner:
                         return False
                     if self._closed:
                         return self._settled(batch_id)
-                    self._done_cond.wait(_min(left, self._poll_s))
+                    self._done_cond.wait(_min(left, None if self._local else _POLL_S))
                 return True
             finally:
                 self._joins.remove(batch_id)
@@ -310,7 +334,9 @@ class Runner:
         """Something moved that may make a task claimable or a join finish."""
         if self._idle:
             self._work_cond.notify_all()
-        if self._joins and any(self._settled(b) for b in set(self._joins)):
+        # Counting is a dict copy in memory but a query on a database: joins on a durable
+        # store re-check on a bounded wait instead of after every completion.
+        if self._joins and self._local and any(self._settled(b) for b in set(self._joins)):
             self._done_cond.notify_all()
 
     def work_changed(self) -> None:
@@ -439,7 +465,7 @@ class Runner:
             return self.scheduler.complete(task, outcome, self.clock())
         except Exception as exc:
             log.exception("could not store the outcome of task %s", task.task_id)
-            failure = Outcome.failure("result_error", f"outcome could not be stored: {exc!r}")
+            failure = Outcome.failure(RESULT_ERROR, f"outcome could not be stored: {exc}")
             try:
                 return self.scheduler.complete(task, failure, self.clock())
             except Exception:
@@ -476,27 +502,35 @@ class Runner:
         self._changed()
 
     def _beat(self) -> None:
-        with self.lock:
-            while not self._closed:
+        while True:
+            with self.lock:
                 self._beat_cond.wait(self._heartbeat_s)
                 if self._closed:
                     return
-                now = self.clock()
-                for ctx in list(self._running.values()):
-                    try:
-                        ok = self.scheduler.heartbeat(ctx.task, now)
-                    except Exception:
-                        log.exception("heartbeat of task %s failed", ctx.task.task_id)
-                        continue
-                    if not ok:
+                running = list(self._running.values())
+            now = self.clock()
+            with self.store_lock():
+                lost = [ctx for ctx in running if not self._renew(ctx, now)]
+            if lost:
+                with self.lock:
+                    for ctx in lost:
                         ctx.signal_stop()
+
+    def _renew(self, ctx: TaskContext, now: float) -> bool:
+        try:
+            return self.scheduler.heartbeat(ctx.task, now)
+        except Exception:
+            log.exception("heartbeat of task %s failed", ctx.task.task_id)
+            return True  # unknown: keep running; the lease decides if it was really lost
 
     def _listen_loop(self) -> None:
         wait_for_work = self.store.wait_for_work  # type: ignore[attr-defined]
         while not self._closed:
             try:
-                woke = wait_for_work(self._poll_s or 1.0)
+                woke = wait_for_work(_LISTEN_BOUND_S)
             except Exception:
+                if self._closed:  # the store was closed after our shutdown: done
+                    return
                 log.exception("waiting for work notifications failed")
                 time.sleep(1.0)
                 continue

@@ -2,11 +2,15 @@
 
 `RuntimeTrace` is two things: an event sink on the runner's Scheduler (every move, breaker
 change, wait and downstream call), and a sampler thread that appends one timeline row every
-`interval_s` (queue depth, running, outcomes so far, throughput, and per downstream: in
-flight, limit, breaker state, calls per second, errors). Times in the trace are seconds since
-the run started, like a simulation's; the wall-clock start is in the header's meta
-(`t0_epoch`). Counts come from the store, so with a durable store they describe the fleet,
-not only this process.
+`interval_s` — the lab's series where they apply to a real run: queue depth, running,
+outcomes so far, throughput, success rate, alerts firing, and per downstream: in flight,
+limit, calls per second, 429s, errors, breaker state, seconds to half-open, tokens.
+
+Times in the trace are seconds since the run started, like a simulation's; the wall-clock
+start is in the header's meta (`t0_epoch`). Counts come from the store, so with a durable
+store they describe the fleet, not only this process. The source's alert rules (DESIGN.md,
+"Observability") are evaluated at every sample on those counts and the durations of the
+tasks this process finished; their changes are ALERT events in the trace.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import Guard
+from taskfuse.core.metrics import AlertEvaluator, AlertRule, MetricsAggregator, default_rules
 from taskfuse.core.states import TERMINAL, TaskStatus
 from taskfuse.trace import BREAKER_CODES, TraceWriter
 
@@ -27,14 +32,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("taskfuse.runtime.trace")
 
 _DONE = [s for s in TaskStatus if s in TERMINAL]
-_DS_SERIES = ("in_flight", "limit", "rps", "errors", "breaker", "reopen_in", "tokens")
+_DS_SERIES = ("in_flight", "limit", "rps", "r429", "errors", "breaker", "reopen_in", "tokens")
+_HTTP_429 = "http_429"
 
 
 def series_names(downstreams: list[str]) -> list[str]:
     """The timeline's columns, in order: the standard series that apply to a real run."""
     names = ["queue_depth", "running", "running_limit", "submitted"]
     names += [f"done.{s.value}" for s in _DONE]
-    names += ["throughput", "success_rate"]
+    names += ["throughput", "success_rate", "alerts.firing"]
     names += [f"ds.{d}.{s}" for d in downstreams for s in _DS_SERIES]
     return names
 
@@ -42,7 +48,13 @@ def series_names(downstreams: list[str]) -> list[str]:
 class RuntimeTrace:
     """Writes a runner's events and a sampled timeline to a trace file (see module doc)."""
 
-    def __init__(self, runner: Runner, path: str | os.PathLike[str], interval_s: float = 1.0):
+    def __init__(
+        self,
+        runner: Runner,
+        path: str | os.PathLike[str],
+        interval_s: float = 1.0,
+        rules: list[AlertRule] | None = None,
+    ) -> None:
         if not interval_s > 0:
             raise ValueError(f"trace interval must be > 0 seconds, got {interval_s!r}")
         self.runner = runner
@@ -68,18 +80,25 @@ class RuntimeTrace:
         self._lock = threading.Lock()  # the writer is not thread-safe; events come from many
         self._writer = TraceWriter(path, header, flush_every=2000)
         self._calls = dict.fromkeys(self._downstreams, 0)
+        self._r429 = dict.fromkeys(self._downstreams, 0)
         self._errors = dict.fromkeys(self._downstreams, 0)
         self._last_calls = dict(self._calls)
         self._last_done = 0
         self._last_t = 0.0
         self._stop = threading.Event()
+        self.metrics = MetricsAggregator()
+        self.alerts = AlertEvaluator(rules if rules is not None else _rules(runner),
+                                     self.metrics, emit=runner.scheduler.emit)
         runner.scheduler.emit.add(self)
+        runner.scheduler.emit.add(self.metrics)
 
     def __call__(self, event: Event) -> None:
         """The event sink: times made relative to the start, downstream calls counted."""
         if event.kind == EventKind.CALL and event.subject in self._calls:
             self._calls[event.subject] += 1
-            if event.reason != "ok":
+            if event.reason == _HTTP_429:
+                self._r429[event.subject] += 1
+            elif event.reason != "ok":
                 self._errors[event.subject] += 1
         with self._lock:
             if not self._writer.closed:
@@ -100,14 +119,22 @@ class RuntimeTrace:
         with runner.lock:
             now = runner.clock()
             counts = runner.store.counts()
+            firing = self._evaluate(counts, now)
             ds = [self._downstream_row(runner.scheduler.guards[d], now) for d in self._downstreams]
         t = now - self.t0
-        row = self._row(counts, t) + [v for cols in ds for v in cols]
+        row = [*self._row(counts, t), firing] + [v for cols in ds for v in cols]
         with self._lock:
             if not self._writer.closed:
                 self._writer.sample(t, row)
                 self._writer.flush()
         self._last_t = t
+
+    def _evaluate(self, counts: dict[TaskStatus, int], now: float) -> int:
+        """Alert rules on the store's counts (runner lock held); answers how many fire."""
+        for status, n in counts.items():
+            self.metrics.counts[status.value] = n
+        self.alerts.evaluate(now)
+        return len(self.alerts.firing)
 
     def _row(self, counts: dict[TaskStatus, int], t: float) -> list[Any]:
         done = sum(counts.get(s, 0) for s in _DONE)
@@ -136,6 +163,7 @@ class RuntimeTrace:
             guard.in_flight,
             guard.bulkhead.limit if guard.bulkhead is not None else None,
             rps,
+            self._r429[name],
             self._errors[name],
             BREAKER_CODES[breaker.state(now).value] if breaker is not None else None,
             max(0.0, reopen - now) if reopen is not None else None,
@@ -160,7 +188,17 @@ class RuntimeTrace:
             "discarded": stats.discarded,
             "expired": stats.expired,
             "released": stats.released,
+            "alerts": self.alerts.history,
         }
         with self._lock:
             self._writer.close(report)
 
+
+
+def _rules(runner: Runner) -> list[AlertRule]:
+    """The source's four alerts. "Running above its limit" compares with this process's
+    worker count, which only means something when the store is this process's own."""
+    rules = default_rules(float(runner.workers))
+    if not runner.is_local:
+        rules = [r for r in rules if r.metric != "running"]
+    return rules

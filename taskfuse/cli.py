@@ -1,0 +1,597 @@
+"""`taskfuse`: the operator's command — run workers, submit, look, cancel, sweep, inspect.
+
+    taskfuse worker  --store URL --app module:obj [--workers N] [--trace PATH]
+    taskfuse submit  --store URL KIND [--payload JSON] [--batch ID --cap N] [--key KEY]
+    taskfuse status  --store URL [BATCH] [--json]
+    taskfuse cancel  --store URL TASK_OR_BATCH
+    taskfuse sweep   --store URL [--every S] [--once]
+    taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
+
+`--store` defaults to $TASKFUSE_STORE and `--app` to $TASKFUSE_APP. Exit codes: 0 done,
+1 nothing to do (cancel of a finished task) or an internal error, 2 a usage mistake (unknown
+store scheme, unreachable database, unknown kind, bad JSON, unknown task). Mistakes print
+one line on stderr; `-v` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from taskfuse.core.scheduler import Scheduler
+from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, derive_batch_status
+from taskfuse.core.storeapi import Store
+from taskfuse.core.task import Task, TaskSpec
+from taskfuse.runtime import logs
+from taskfuse.runtime.app import DEFAULT_LEASE_S, App
+from taskfuse.store import open_store, redact_url
+
+PROG = "taskfuse"
+STATUS_ORDER = list(TaskStatus)
+log = logging.getLogger("taskfuse.cli")
+
+
+class CliError(Exception):
+    """A mistake of the person at the keyboard: printed as one line, exit status 2."""
+
+
+# -- entry point ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit status (never raises for a user's mistake)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage or help
+        return int(exc.code or 0)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    verbose = bool(args.verbose)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        return _report(exc, verbose)
+
+
+def _report(exc: Exception, verbose: bool) -> int:
+    """Print one line for an error (a traceback with -v) and choose the exit status."""
+    message = user_error(exc)
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    if message is not None:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2
+    hint = "" if verbose else " (run with -v for the traceback)"
+    print(f"{PROG}: internal error: {exc!r}{hint}", file=sys.stderr)
+    return 1
+
+
+def user_error(exc: BaseException) -> str | None:
+    """The one-line message for a mistake the user can fix, or None for a bug."""
+    if isinstance(exc, CliError | TaskfuseError):
+        return str(exc)
+    module = type(exc).__module__.split(".")[0]
+    if module in ("sqlite3", "psycopg", "psycopg_pool"):
+        return f"store unavailable: {_redact_text(str(exc).strip().splitlines()[0])}"
+    if isinstance(exc, OSError):
+        return str(exc)
+    return None
+
+
+def _redact_text(text: str) -> str:
+    for word in text.split():
+        if "://" in word:
+            text = text.replace(word, redact_url(word.strip("'\",")))
+    return text
+
+
+# -- the parser ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (also used to render --help)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store", default=os.environ.get("TASKFUSE_STORE"),
+        help="store URL: sqlite:///PATH, postgresql://..., memory:// (default $TASKFUSE_STORE)",
+    )
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="debug logging, and tracebacks for errors")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", default=False,
+                        help="debug logging, and tracebacks for errors")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for add in (_add_worker, _add_submit, _add_status, _add_cancel, _add_sweep, _add_inspect):
+        add(sub, common)
+    return parser
+
+
+def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("worker", parents=[common], help="run task functions from the store")
+    p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
+                   help="module:object of the App with the task functions ($TASKFUSE_APP)")
+    p.add_argument("--workers", type=_positive_int, default=4, help="worker threads (4)")
+    p.add_argument("--trace", help="write a trace file (follow it with `lab watch --follow`)")
+    p.add_argument("--trace-interval", type=_positive_float, default=1.0, metavar="S",
+                   help="seconds between timeline samples in the trace (1)")
+    p.add_argument("--grace", type=_non_negative_float, default=30.0, metavar="S",
+                   help="on SIGTERM/SIGINT, seconds running tasks get to finish (30)")
+    p.add_argument("--lease", type=_positive_float, default=None, metavar="S",
+                   help=f"task lease renewed by heartbeats (app's, default {DEFAULT_LEASE_S:g})")
+    p.add_argument("--id", dest="worker_id", help="worker id recorded on tasks (host:pid)")
+    p.add_argument("--drain", action="store_true",
+                   help="exit once no task is PENDING or RUNNING (a one-off batch run)")
+    p.add_argument("--log-json", action="store_true", help="log one JSON object per line")
+    p.set_defaults(func=cmd_worker)
+
+
+def _add_submit(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("submit", parents=[common], help="submit one task")
+    p.add_argument("kind", help="the task kind (its registered function name)")
+    p.add_argument("--payload", default=None, help="the payload as JSON")
+    p.add_argument("--batch", help="batch id (created if new)")
+    p.add_argument("--cap", type=_positive_int, help="batch concurrency cap (new batch only)")
+    p.add_argument("--key", help="idempotency key: a second submit returns the first task")
+    p.add_argument("--priority", type=int, default=None, help="higher runs first")
+    p.add_argument("--timeout", type=_positive_float, default=None, metavar="S")
+    p.add_argument("--max-retry", type=_non_negative_int, default=None, metavar="N")
+    p.add_argument("--depends-on", action="append", default=[], metavar="TASK_ID",
+                   help="run only after this task succeeded (repeatable)")
+    p.add_argument("--id", dest="task_id", help="choose the task id (default: generated)")
+    p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
+                   help="module:object: check the kind and use its registered defaults")
+    p.add_argument("--json", action="store_true", help="print the task record as JSON")
+    p.set_defaults(func=cmd_submit)
+
+
+def _add_status(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("status", parents=[common], help="counts by state, per batch")
+    p.add_argument("batch", nargs="?", help="one batch (default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_status)
+
+
+def _add_cancel(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("cancel", parents=[common], help="cancel a task or a whole batch")
+    p.add_argument("target", metavar="TASK_OR_BATCH")
+    p.add_argument("--reason", default="canceled by operator")
+    p.set_defaults(func=cmd_cancel)
+
+
+def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("sweep", parents=[common], help="run the orphan sweeper")
+    p.add_argument("--every", type=_positive_float, default=60.0, metavar="S",
+                   help="seconds between passes (60)")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE_S, metavar="S",
+                   help=f"a RUNNING task not renewed for this long is orphaned "
+                        f"({DEFAULT_LEASE_S:g}; must match the workers')")
+    p.add_argument("--max-pending-age", type=_positive_float, default=None, metavar="S",
+                   help="cancel PENDING tasks older than this (default: never)")
+    p.set_defaults(func=cmd_sweep)
+
+
+def _add_inspect(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("inspect", parents=[common], help="a task's record and history")
+    p.add_argument("target", metavar="TASK_ID_OR_TRACE_ID")
+    p.add_argument("--trace", help="also list the task's events from this trace file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_inspect)
+
+
+def _number(cast: Callable[[str], Any], low: float, strict: bool) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < low or (strict and value == low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low}: {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int = _number(int, 0, strict=True)
+_non_negative_int = _number(int, 0, strict=False)
+_positive_float = _number(float, 0.0, strict=True)
+_non_negative_float = _number(float, 0.0, strict=False)
+
+
+# -- shared helpers ------------------------------------------------------------------------
+
+
+@contextmanager
+def opened_store(url: str | None) -> Iterator[Store]:
+    """Open the store a URL names (closing it after); a missing URL is a usage mistake."""
+    if not url:
+        raise CliError("no store given: pass --store URL or set TASKFUSE_STORE")
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def load_app(ref: str | None) -> App:
+    """Import `module:object` (from the current directory too) and check it is an App."""
+    if not ref:
+        raise CliError("no app given: pass --app module:object or set TASKFUSE_APP")
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise CliError(f"--app must look like module:object, got {ref!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"cannot import app module {module_name!r}: {exc}") from None
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        found = "nothing" if app is None else type(app).__name__
+        raise CliError(f"{ref!r} is not a taskfuse App (found {found})")
+    return app
+
+
+def parse_payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno}): "
+                       f"{text!r}") from None
+
+
+def record_json(task: Task) -> dict[str, Any]:
+    """A task record as JSON-ready data (statuses as their strings)."""
+    out = dataclasses.asdict(task)
+    out["status"] = task.status.value
+    out["depends_on"] = list(task.depends_on)
+    out["downstreams"] = list(task.downstreams)
+    return out
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _install_stop_handlers(first: Callable[[str], None]) -> Callable[[], None]:
+    """SIGTERM/SIGINT: the first calls `first(name)`, a second exits at once.
+
+    Returns a function restoring the previous handlers. Outside the main thread (a test
+    calling main()) signals cannot be handled, and nothing is installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    seen: list[str] = []
+
+    def handle(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if seen:
+            sys.stderr.write(f"{PROG}: second {name}: exiting now\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        seen.append(name)
+        first(name)
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+    return restore
+
+
+@contextmanager
+def _logging(args: argparse.Namespace, json_lines: bool = False) -> Iterator[None]:
+    """Log to stderr while a long-running command runs; restore the logger afterwards."""
+    logger = logging.getLogger("taskfuse")
+    level = logger.level
+    handler = logs.configure(logging.DEBUG if args.verbose else logging.INFO, json_lines)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+# -- worker --------------------------------------------------------------------------------
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT (or until drained with --drain), then shut down gracefully."""
+    from taskfuse.runtime.threads import Runner
+
+    app = load_app(args.app)
+    if args.lease is not None:
+        app.config = dataclasses.replace(app.config, lease_s=args.lease)
+    stop = threading.Event()
+
+    def first(name: str) -> None:
+        log.info("%s: finishing running tasks (grace %gs); send again to exit now", name,
+                 args.grace)
+        stop.set()
+
+    with _logging(args, args.log_json), opened_store(args.store) as store:
+        runner = Runner(app, store, workers=args.workers, worker_id=args.worker_id,
+                        trace=args.trace, trace_interval_s=args.trace_interval)
+        restore = _install_stop_handlers(first)
+        try:
+            _run_worker(runner, args, stop)
+        finally:
+            restore()
+    return 0
+
+
+def _run_worker(runner: Any, args: argparse.Namespace, stop: threading.Event) -> None:
+    runner.start()
+    log.info("worker %s started: %d threads on %s, kinds %s", runner.worker_id, args.workers,
+             redact_url(args.store), ", ".join(sorted(runner.app.tasks)) or "none")
+    try:
+        if args.drain:
+            while not stop.is_set() and not runner.join(timeout=0.5):
+                pass
+        else:
+            stop.wait()
+    finally:
+        released = runner.shutdown(grace_s=args.grace)
+        log.info("worker %s stopped: %d done here, %d released to PENDING, %d late results "
+                 "discarded", runner.worker_id, runner.stats.completed, len(released),
+                 runner.stats.discarded)
+
+
+# -- submit --------------------------------------------------------------------------------
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    payload = parse_payload(args.payload)
+    if args.cap is not None and not args.batch:
+        raise CliError("--cap needs --batch: the cap belongs to a batch")
+    app = load_app(args.app) if args.app else App()
+    fields: dict[str, Any] = {
+        "idempotency_key": args.key, "depends_on": tuple(args.depends_on),
+        "task_id": args.task_id,
+    }
+    for name in ("priority", "timeout", "max_retry"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    if args.app:
+        spec = app.spec(args.kind, payload, **fields)
+    else:
+        spec = TaskSpec(args.kind, payload, **fields)
+    with opened_store(args.store) as store:
+        sched = app.scheduler(store)
+        now = time.time()
+        if args.batch:
+            [task] = sched.submit_batch([spec], now, args.batch, args.cap)
+        else:
+            task = sched.submit(spec, now)
+    created = task.created_at == now
+    if args.json:
+        _print_json({"created": created, "task": record_json(task)})
+    elif created:
+        batch = f" batch={task.batch_id}" if task.batch_id else ""
+        print(f"submitted {task.task_id} kind={task.kind}{batch} trace_id={task.trace_id}")
+    else:
+        print(f"exists {task.task_id} (idempotency key {args.key!r}) status={task.status.value}")
+    return 0
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with opened_store(args.store) as store:
+        if args.batch:
+            rows = [_batch_row(store, args.batch, must_exist=True)]
+            total = None
+        else:
+            rows = [_batch_row(store, b) for b in sorted(store.batch_ids())]
+            total = _counts_json(store.counts())
+    if args.json:
+        _print_json(rows[0] if args.batch else {"counts": total, "batches": rows})
+        return 0
+    _print_table(rows, total)
+    return 0
+
+
+def _counts_json(counts: dict[TaskStatus, int]) -> dict[str, int]:
+    return {s.value: int(counts.get(s, 0)) for s in STATUS_ORDER}
+
+
+def _batch_row(store: Store, batch_id: str, must_exist: bool = False) -> dict[str, Any]:
+    counts = store.counts(batch_id)
+    batch = store.get_batch(batch_id)
+    if must_exist and batch is None and not any(counts.values()):
+        raise CliError(f"unknown batch {batch_id!r}")
+    return {
+        "batch_id": batch_id,
+        "status": derive_batch_status(counts).value,
+        "cap": batch.cap if batch is not None else None,
+        "total": sum(counts.values()),
+        "counts": _counts_json(counts),
+    }
+
+
+def _print_table(rows: list[dict[str, Any]], total: dict[str, int] | None) -> None:
+    head = ["BATCH", "STATUS", "CAP", "TOTAL", *(s.value for s in STATUS_ORDER)]
+    lines = [[r["batch_id"], r["status"], "-" if r["cap"] is None else str(r["cap"]),
+              str(r["total"]), *(str(r["counts"][s.value]) for s in STATUS_ORDER)]
+             for r in rows]
+    if total is not None:
+        lines.append(["(all tasks)", "", "", str(sum(total.values())),
+                      *(str(total[s.value]) for s in STATUS_ORDER)])
+    widths = [max(len(x) for x in col) for col in zip(head, *lines, strict=True)]
+    for line in [head, *lines]:
+        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in
+                 enumerate(zip(line, widths, strict=True))]
+        print("  ".join(cells).rstrip())
+
+
+# -- cancel --------------------------------------------------------------------------------
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a task (else a batch of that id); 1 when it had already ended."""
+    with opened_store(args.store) as store:
+        sched = App().scheduler(store)
+        now = time.time()
+        task = store.get(args.target)
+        if task is not None:
+            return _cancel_task(sched, task, now, args.reason)
+        if store.get_batch(args.target) is None and not any(store.counts(args.target).values()):
+            raise CliError(f"no task or batch with id {args.target!r}")
+        n = sched.cancel_batch(args.target, now, args.reason)
+    print(f"canceled {n} unfinished task(s) of batch {args.target}")
+    return 0
+
+
+def _cancel_task(sched: Scheduler, task: Task, now: float, reason: str) -> int:
+    if task.status in TERMINAL:
+        print(f"task {task.task_id} already ended {task.status.value}; nothing to cancel")
+        return 1
+    moved = sched.cancel(task.task_id, now, reason)
+    if moved is None:  # it ended between our read and the cancel
+        current = sched.store.get(task.task_id)
+        status = current.status.value if current is not None else "gone"
+        print(f"task {task.task_id} already ended {status}; nothing to cancel")
+        return 1
+    note = " (its worker will see ctx.cancelled())" if task.status is TaskStatus.RUNNING else ""
+    print(f"canceled {task.task_id} (was {task.status.value}){note}")
+    return 0
+
+
+# -- sweep ---------------------------------------------------------------------------------
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from taskfuse.runtime.sweeper import run_sweeper, sweeper_scheduler
+
+    stop = threading.Event()
+    with _logging(args), opened_store(args.store) as store:
+        sched = sweeper_scheduler(store, lease_s=args.lease,
+                                  max_pending_age_s=args.max_pending_age)
+        restore = _install_stop_handlers(lambda name: stop.set())
+        try:
+            if not args.once:
+                log.info("sweeper started on %s: every %gs, lease %gs",
+                         redact_url(args.store), args.every, args.lease)
+            moved = run_sweeper(sched, every_s=args.every, once=args.once, stop=stop)
+        finally:
+            restore()
+    print(f"swept {moved} task(s)")
+    return 0
+
+
+# -- inspect -------------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    with opened_store(args.store) as store:
+        tasks = store.find(args.target)
+    if not tasks:
+        raise CliError(f"no task with id or trace_id {args.target!r}")
+    events = _trace_events(args.trace, args.target) if args.trace else None
+    if args.json:
+        _print_json({"tasks": [record_json(t) for t in tasks], "events": events})
+        return 0
+    for i, task in enumerate(tasks):
+        if i:
+            print()
+        _print_record(task)
+    if events is not None:
+        print(f"\nevents from {args.trace}:")
+        for e in events:
+            _print_event(e)
+    return 0
+
+
+def _print_record(task: Task) -> None:
+    data = record_json(task)
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if key in ("created_at", "started_at", "finished_at", "not_before", "heartbeat_at"):
+            value = _when(value)
+        elif value is None:
+            value = "-"
+        elif not isinstance(value, str):
+            value = json.dumps(value, default=str)
+        print(f"{key.ljust(width)}  {value}")
+    print("history (from the record):")
+    for when, what in _history(task):
+        print(f"  {_when(when) if when is not None else '':24}  {what}")
+
+
+def _history(task: Task) -> list[tuple[float | None, str]]:
+    """What the record itself tells about the task's life (the trace tells all of it)."""
+    out: list[tuple[float | None, str]] = [(task.created_at, "submitted")]
+    if task.retry_count:
+        out.append((None, f"{task.retry_count} earlier attempt(s) failed; last error "
+                          f"{task.error_kind}: {task.error_msg}"))
+    if task.started_at is not None:
+        out.append((task.started_at, f"attempt {task.attempt} started on {task.worker_id}"))
+    if task.status is TaskStatus.PENDING and task.not_before is not None:
+        out.append((task.not_before, "eligible to run again (backoff)"))
+    if task.finished_at is not None:
+        detail = f": {task.error_kind}: {task.error_msg}" if task.error_kind else ""
+        out.append((task.finished_at, f"ended {task.status.value}{detail}"))
+    else:
+        out.append((None, f"now {task.status.value}"))
+    return out
+
+
+def _trace_events(path: str, target: str) -> list[dict[str, Any]]:
+    from taskfuse.trace import TraceError, read_trace
+
+    try:
+        trace = read_trace(path)
+    except TraceError as exc:
+        raise CliError(str(exc)) from None
+    t0 = trace.header.get("meta", {}).get("t0_epoch")
+    out = []
+    for event in trace.events(task_id=target):
+        data = event._asdict()
+        if t0 is not None:
+            data["at"] = _when(t0 + event.t)
+        out.append(data)
+    return out
+
+
+def _print_event(e: dict[str, Any]) -> None:
+    move = f"{e['src'] or ''} -> {e['dst']}" if e["dst"] else ""
+    at = e.get("at") or f"t={e['t']:.3f}s"
+    parts = [at, e["kind"], e["task_id"] or "", move, e["reason"] or "",
+             f"attempt {e['attempt']}" if e["attempt"] else "", e["worker"] or ""]
+    print("  " + "  ".join(p for p in parts if p))
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())
