@@ -9,6 +9,9 @@ completes, so a reader can always tell a finished trace from an interrupted one.
 from __future__ import annotations
 
 import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,11 +67,40 @@ class _Progress:
             sys.stderr.write("\r" + " " * 60 + "\r")
 
 
+class Pacer:
+    """Holds a simulation back to `speed` simulated seconds per wall second, flushing the
+    trace at every sample so a follower (`lab simulate --watch`) sees the run as it goes.
+    Setting `stop` ends the run at the next sample."""
+
+    def __init__(self, writer: TraceWriter, speed: float) -> None:
+        self.writer = writer
+        self.speed = speed
+        self.stop = threading.Event()
+        self.started = time.monotonic()
+
+    def __call__(self, now: float) -> None:
+        self.writer.flush()
+        if self.stop.is_set():
+            raise Stopped
+        ahead = now / self.speed - (time.monotonic() - self.started)
+        if ahead > 0:
+            self.stop.wait(ahead)
+
+
+class Stopped(Exception):
+    """A paced run was stopped by its viewer."""
+
+
 def run_scenario(
     scenario: Scenario, seed: int | None = None, trace: Path | None = None,
-    progress: bool = False,
+    progress: bool = False, pace: float | None = None,
+    on_start: Callable[[Pacer], None] | None = None,
 ) -> RunResult:
-    """Simulate `scenario`, optionally writing a trace; returns the report and the run."""
+    """Simulate `scenario`, optionally writing a trace; returns the report and the run.
+
+    With `pace`, the run is held to that many simulated seconds per wall second (a trace is
+    required); `on_start` receives the Pacer, whose `stop` ends the run early.
+    """
     writer: TraceWriter | None = None
     sim = Simulation(scenario, seed)
     bar = _Progress() if progress else None
@@ -77,7 +109,19 @@ def run_scenario(
         trace.parent.mkdir(parents=True, exist_ok=True)
         writer = TraceWriter(trace, header(sim, series_names(sim)), flush_every=5_000)
         sim.record_history(_trace_sink(writer))
-        sim.on_sample = TimelineRecorder(sim, writer)
+        recorder = TimelineRecorder(sim, writer)
+        if pace is not None:
+            pacer = Pacer(writer, pace)
+            if on_start is not None:
+                on_start(pacer)
+
+            def paced(s: Simulation) -> None:
+                recorder(s)
+                pacer(s.now)
+
+            sim.on_sample = paced
+        else:
+            sim.on_sample = recorder
     try:
         sim.run()
     except BaseException:
