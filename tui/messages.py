@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from .sources import Delta
-from .taskindex import EventChunk
+from tui.sources import Delta
+from tui.taskindex import EventChunk
 
 
 class TraceGrew(Message):
@@ -28,6 +28,10 @@ class EventsDecoded(Message):
         super().__init__()
         self.chunk = chunk
         self.pending = pending
+
+
+class PumpFinished(Message):
+    """The loading thread finished one round (all pending frames decoded, or it failed)."""
 
 
 class SourceStalled(Message):
@@ -64,11 +68,3 @@ class TaskChosen(Message):
     def __init__(self, task_id: str) -> None:
         super().__init__()
         self.task_id = task_id
-
-
-class CursorMoved(Message):
-    """The app moved its time cursor; the active screen re-reads what it shows."""
-
-    def __init__(self, t: float) -> None:
-        super().__init__()
-        self.t = t

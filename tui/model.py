@@ -14,19 +14,21 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from taskfuse.core.states import BatchStatus, TaskStatus, derive_batch_status
 from taskfuse.trace import BREAKER_CODES
+from tui.taskindex import STATES, AlertRow, EventChunk, TaskIndex
 
-STATES: tuple[str, ...] = tuple(s.value for s in TaskStatus)
 TERMINAL_STATES: tuple[str, ...] = STATES[2:]
 BREAKER_NAMES: dict[int, str] = {code: name for name, code in BREAKER_CODES.items()}
 #: Resolution of the charts a snapshot carries; widgets pool them down to their width.
 CHART_COLUMNS = 240
+#: The subject of the business gateway's BREAKER events (its timeline code is biz.breaker).
+GATEWAY = "gateway"
 SPEEDS: tuple[float, ...] = (0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -154,7 +156,7 @@ def bars(values: np.ndarray, height: int, top: float | None = None) -> list[str]
 # -- what the panels show ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # carries arrays: compare by identity
 class Overview:
     queue_depth: float | None
     running: float | None
@@ -189,7 +191,7 @@ class PoolRow:
     size: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Business:
     present: bool
     p50: float | None
@@ -223,13 +225,6 @@ class BatchRow:
         if not self.total:
             return None
         return derive_batch_status({TaskStatus(k): v for k, v in self.counts.items()})
-
-
-@dataclass(frozen=True, slots=True)
-class AlertRow:
-    rule: str
-    since: float | None
-    value: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +282,66 @@ class Meta:
             batches=tuple(names_with_prefix(series, "batch", meta.get("batches"))),
             workers=meta.get("workers"),
         )
+
+
+class TraceModel:
+    """The monitor's data: a timeline, a task index and the header, grown as reading goes.
+
+    Owned by the UI thread; loading threads hand it `Delta`s and `EventChunk`s in messages.
+    """
+
+    def __init__(self, header: Mapping[str, Any]) -> None:
+        self.header = dict(header)
+        self.meta = Meta.from_header(header)
+        self.timeline = Timeline(list(header.get("series", [])))
+        self.tasks = TaskIndex()
+        self.report: dict[str, Any] | None = None
+        self.complete = False
+        self.pending_frames = 0
+
+    def add_samples(self, times: np.ndarray, rows: np.ndarray) -> None:
+        self.timeline.append(times, rows)
+
+    def add_events(self, chunk: EventChunk, pending: int) -> None:
+        self.tasks.extend(chunk)
+        self.pending_frames = pending
+
+    def finish(self, report: dict[str, Any] | None) -> None:
+        self.report, self.complete = report, True
+
+    @property
+    def events_loaded(self) -> bool:
+        return self.pending_frames == 0
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """First and last time anything happened (samples or events seen so far)."""
+        times = self.timeline.times
+        t0 = float(times[0]) if len(times) else 0.0
+        t1 = float(times[-1]) if len(times) else t0
+        last = self.tasks.last_t
+        if last is not None:
+            t1 = max(t1, last)
+        return min(t0, 0.0), t1
+
+    def snapshot(self, t: float, width: int = CHART_COLUMNS) -> Snapshot:
+        loaded = self.events_loaded or (self.tasks.last_t or -math.inf) >= t
+        alerts = self.tasks.alerts_at(t) if loaded else None
+        snap = snapshot(self.timeline, self.meta, t, self.span, alerts, width)
+        return self._exact_breakers(snap, t) if loaded else snap
+
+    def _exact_breakers(self, snap: Snapshot, t: float) -> Snapshot:
+        """Breaker states from BREAKER events where the trace has them: a sample can be up
+        to one interval late, an event is not."""
+        at = self.tasks.breaker_at
+        ds = tuple(
+            replace(d, breaker=state, reopen_in=d.reopen_in if state == "open" else None)
+            if (state := at(d.name, t)) is not None else d
+            for d in snap.downstreams
+        )
+        gateway = at(GATEWAY, t)
+        biz = snap.business if gateway is None else replace(snap.business, breaker=gateway)
+        return replace(snap, downstreams=ds, business=biz)
 
 
 def breaker_name(code: float | None) -> str | None:
@@ -471,3 +526,20 @@ def parse_time(s: str, now: float, span: tuple[float, float]) -> float | None:
     if rel:
         return now + secs if s[0] == "+" else now - secs
     return secs
+
+
+@dataclass(frozen=True, slots=True)
+class PlayInfo:
+    """What the time bar shows: where the cursor is, how it moves, how the source is doing."""
+
+    t: float
+    span: tuple[float, float]
+    playing: bool
+    speed: float
+    follow: bool = False
+    live: bool = False
+    complete: bool = True
+    stalled_for: float | None = None
+    loading: int = 0  # event frames still to decode
+    title: str = ""
+    error: str | None = None

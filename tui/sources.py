@@ -22,6 +22,7 @@ import os
 import struct
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,7 @@ from typing import Any
 import numpy as np
 
 from taskfuse.trace import EVENTS, FOOTER, HEADER, MAGIC, SAMPLES, TraceError, TraceReader
-
-from .taskindex import Decoder, EventChunk
+from tui.taskindex import Decoder, EventChunk
 
 #: Frame prefix per the layout in taskfuse.trace: 4-byte big-endian length, 1-byte type.
 _FRAME = struct.Struct(">IB")
@@ -67,7 +67,7 @@ class TraceSource:
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     first: Delta | None = None
     _offset: int = 0
-    _pending: list[tuple[int, int]] = field(default_factory=list)
+    _pending: deque[tuple[int, int]] = field(default_factory=deque)
     _decoder: Decoder = field(default_factory=Decoder)
     _last_growth: float = 0.0
     _events_seen: int = 0
@@ -165,13 +165,16 @@ class TraceSource:
         """Decode the oldest pending event frame (None when there is none)."""
         if not self._pending:
             return None
-        at, length = self._pending.pop(0)
+        at, length = self._pending.popleft()
         with open(self.path, "rb") as fh:
             fh.seek(at)
             obj = self._decode(fh.read(length), at - _FRAME.size)
         cols = obj.get("c") if isinstance(obj, dict) else None
         if not isinstance(cols, list) or len(cols) != 12:
             raise TraceError(f"{self.path}: event frame at byte {at} has no 12 columns")
-        chunk = self._decoder.decode(cols)
+        try:
+            chunk = self._decoder.decode(cols)
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"{self.path}: event frame at byte {at} is malformed: {exc}") from None
         self._events_seen += len(chunk)
         return chunk

@@ -21,6 +21,7 @@ time on decoding, so a writer that flushes slightly out of order within a chunk 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from taskfuse.core.events import EventKind
+from taskfuse.core.states import TaskStatus
 from taskfuse.trace import EVENT_FIELDS
 
-from .model import STATES, AlertRow
+STATES: tuple[str, ...] = tuple(s.value for s in TaskStatus)
 
 KINDS: tuple[str, ...] = tuple(k.value for k in EventKind)
 _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
@@ -65,9 +67,31 @@ class EventChunk:
         return len(self.t)
 
 
-def _small_codes(col: Sequence[Any], table: dict[Any, int]) -> np.ndarray:
+def _factorize(
+    col: Sequence[Any], table: dict[Any, int], dtype: Any, grow: bool = True
+) -> tuple[np.ndarray, list[Any]]:
+    """Codes of a column's values via `table` (value -> code; None is -1).
+
+    Why this shape: Python-level work is done once per *distinct* value in the chunk
+    (`dict.fromkeys` and `map` run in C over all of them), which is what makes decoding a
+    1M-task trace take seconds rather than tens of seconds. With `grow`, unseen values get
+    the next codes and are returned as new words; without, they map to -1.
+    """
+    uniques = list(dict.fromkeys(col))
+    local = {u: i for i, u in enumerate(uniques)}
     get = table.get
-    return np.fromiter((get(x, -1) for x in col), dtype=np.int8, count=len(col))
+    known = [get(u) for u in uniques]
+    new: list[Any] = []
+    for i, code in enumerate(known):
+        if code is None:
+            if grow:
+                table[uniques[i]] = known[i] = len(table) - 1
+                new.append(uniques[i])
+            else:
+                known[i] = -1
+    mapping = np.asarray(known, dtype=dtype)
+    idx = np.fromiter(map(local.__getitem__, col), dtype=np.int32, count=len(col))
+    return mapping[idx], new
 
 
 class Decoder:
@@ -75,31 +99,26 @@ class Decoder:
 
     def __init__(self) -> None:
         self._tables: dict[str, dict[Any, int]] = {name: {None: -1} for name in VOCABS}
-        self._kinds = dict(_KIND_CODE)
+        self._kinds: dict[Any, int] = {None: -1, **_KIND_CODE}
 
     def decode(self, cols: Sequence[Sequence[Any]]) -> EventChunk:
         t = np.asarray(cols[0], dtype=float)
         order = np.argsort(t, kind="stable")
         sorted_ = bool((order == np.arange(len(t))).all()) if len(t) else True
         pick = (lambda a: a) if sorted_ else (lambda a: a[order])
-        before = len(self._kinds)
-        kind_table = self._kinds
-        kinds = np.fromiter(
-            (kind_table.setdefault(k, len(kind_table)) for k in cols[_F["kind"]]),
-            dtype=np.int8, count=len(t),
-        )
-        other = list(kind_table)[before:]
+        kinds, other = _factorize(cols[_F["kind"]], self._kinds, np.int8)
         codes: dict[str, np.ndarray] = {}
         new_words: dict[str, list[str]] = {}
         for name in VOCABS:
-            codes[name], new_words[name] = self._codes(cols[_F[name]], self._tables[name])
+            codes[name], words = _factorize(cols[_F[name]], self._tables[name], np.int32)
+            new_words[name] = [str(w) for w in words]
         with np.errstate(invalid="ignore"):
             attempt = np.asarray(cols[_F["attempt"]], dtype=float)
         alerts, breakers = self._rare(cols, kinds, t)
         return EventChunk(
             pick(t), pick(kinds),
-            pick(_small_codes(cols[_F["src"]], _STATE_CODE)),
-            pick(_small_codes(cols[_F["dst"]], _STATE_CODE)),
+            pick(_factorize(cols[_F["src"]], _STATE_CODE, np.int8, grow=False)[0]),
+            pick(_factorize(cols[_F["dst"]], _STATE_CODE, np.int8, grow=False)[0]),
             pick(attempt), pick(np.asarray(cols[_F["value"]], dtype=float)),
             {k: pick(v) for k, v in codes.items()}, new_words, other, alerts, breakers,
         )
@@ -120,17 +139,11 @@ class Decoder:
         ]
         return sorted(alerts, key=lambda a: a[0]), sorted(breakers, key=lambda b: b[0])
 
-    @staticmethod
-    def _codes(col: Sequence[Any], table: dict[Any, int]) -> tuple[np.ndarray, list[str]]:
-        """Factorize one string column; `len(table) - 1` is the next code (None is -1)."""
-        first_new = len(table) - 1
-        add = table.setdefault
-        arr = np.fromiter((add(x, len(table) - 1) for x in col), dtype=np.int32, count=len(col))
-        if len(table) - 1 == first_new:
-            return arr, []
-        fresh = np.flatnonzero(arr >= first_new)
-        _, first = np.unique(arr[fresh], return_index=True)
-        return arr, [str(col[fresh[j]]) for j in first]
+@dataclass(frozen=True, slots=True)
+class AlertRow:
+    rule: str
+    since: float | None
+    value: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +227,7 @@ class TaskIndex:
         self._ckpt = [np.zeros(len(STATES), dtype=np.int64)]
         self._totals = np.zeros(len(STATES), dtype=np.int64)
         self._alerts: list[tuple[float, str, bool, float | None]] = []
-        self.breakers: list[tuple[float, str, str, str, str]] = []
+        self._breakers: dict[str, tuple[list[float], list[str]]] = {}
         self._task_of: dict[str, int] | None = None
 
     @property
@@ -245,7 +258,10 @@ class TaskIndex:
             self._ev[name].extend(chunk.codes[name])
         self._add_intervals(chunk, base)
         self._alerts.extend(chunk.alerts)
-        self.breakers.extend(chunk.breakers)
+        for t, subject, _, dst, _ in chunk.breakers:
+            times, states = self._breakers.setdefault(subject, ([], []))
+            times.append(t)
+            states.append(dst)
 
     def _add_intervals(self, chunk: EventChunk, base: int) -> None:
         moves = np.flatnonzero(((chunk.kind == _MOVE) | (chunk.kind == _SUBMIT))
@@ -384,7 +400,7 @@ class TaskIndex:
         first = int(rows_i[0])
         return _summarize(
             task_id, self._word("trace_id", int(ev["trace_id"].a[first])),
-            self._word("batch_id", int(ev["batch_id"].a[first])), shown,
+            self._word("batch_id", int(ev["batch_id"].a[first])), shown, t,
         )
 
     def _history_row(self, e: int) -> HistoryRow:
@@ -398,6 +414,16 @@ class TaskIndex:
             self._word("worker", int(ev["worker"].a[e])),
             self._word("subject", int(ev["subject"].a[e])), _f(ev["value"].a[e]),
         )
+
+    def breaker_at(self, subject: str, t: float) -> str | None:
+        """A breaker's state at `t` from its BREAKER events (exact, unlike a sample); None if
+        the trace has no events for it."""
+        found = self._breakers.get(subject)
+        if found is None:
+            return None
+        times, states = found
+        k = bisect.bisect_right(times, t)
+        return states[k - 1] if k else "closed"
 
     def alerts_at(self, t: float) -> list[AlertRow]:
         """Alert rules firing at `t`, with the time each started firing (few events: a scan)."""
@@ -418,8 +444,10 @@ def _f(x: float) -> float | None:
 
 
 def _summarize(
-    task_id: str, trace: str | None, batch: str | None, shown: list[HistoryRow]
+    task_id: str, trace: str | None, batch: str | None, shown: list[HistoryRow],
+    now: float | None,
 ) -> TaskHistory:
+    """Sums over the moves shown; a task still queued or running counts up to `now`."""
     attempts = max((r.attempt or 0 for r in shown if r.kind == "move" and r.dst == "RUNNING"),
                    default=0)
     waited = sum(r.value or 0.0 for r in shown if r.kind == "wait")
@@ -436,5 +464,10 @@ def _summarize(
         if r.src == "RUNNING" and r.dst != "SUCCESS" and r.reason:
             errors.append(r.reason)
         state, since = r.dst, r.t
+    if now is not None and since is not None and state in ("PENDING", "RUNNING"):
+        if state == "PENDING":
+            queued += now - since
+        else:
+            running += now - since
     return TaskHistory(task_id, trace, batch, tuple(shown), attempts, waited, queued, running,
                        tuple(errors), state)

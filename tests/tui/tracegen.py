@@ -145,9 +145,13 @@ def _simulate(n: int, workers: int, rng: np.random.Generator, story: dict[str, f
     return counts
 
 
-def _story(n: int, workers: int, mean: float, batches: int) -> dict[str, float]:
+def _story(n: int, workers: int, mean: float, batches: int, healthy: bool) -> dict[str, float]:
     est = n * mean / workers  # makespan without the incident, roughly
     s = {"mean": mean, "stagger": est / (batches * 2)}
+    if healthy:  # the fixed configuration: nothing trips, ever
+        return s | dict.fromkeys(
+            ("partner_bad", "partner_open", "partner_half_open", "partner_closed",
+             "gateway_open", "gateway_half_open", "gateway_closed"), math.inf)
     s |= {"partner_bad": 0.25 * est, "partner_open": 0.27 * est,
           "partner_half_open": 0.45 * est, "partner_closed": 0.60 * est,
           "gateway_open": 0.30 * est, "gateway_half_open": 0.50 * est,
@@ -156,6 +160,8 @@ def _story(n: int, workers: int, mean: float, batches: int) -> dict[str, float]:
 
 
 def _breaker_events(ev: _Events, s: dict[str, float]) -> None:
+    if math.isinf(s["partner_open"]):
+        return
     for name, key in (("partner", "partner"), ("gateway", "gateway")):
         o, h, c = s[f"{key}_open"], s[f"{key}_half_open"], s[f"{key}_closed"]
         ev.add(o, "breaker", src="closed", dst="open", reason="failure rate 0.7 >= 0.5",
@@ -168,6 +174,8 @@ def _breaker_events(ev: _Events, s: dict[str, float]) -> None:
 
 def _alerts(s: dict[str, float]) -> list[tuple[str, float, float, float]]:
     """(rule, fired at, resolved at, value)."""
+    if math.isinf(s["partner_open"]):
+        return []
     return [
         ("success_rate_low", s["partner_open"] + 1.0, s["partner_closed"] + 5.0, 0.62),
         ("queue_depth_high", s["gateway_open"], s["gateway_closed"] + 10.0, 812.0),
@@ -210,7 +218,8 @@ def _timeline(cols: list[list], ts: np.ndarray, s: dict[str, float], workers: in
     with np.errstate(invalid="ignore", divide="ignore"):
         out["success_rate"] = out["SUCCESS"] / (out["SUCCESS"] + out["FAILED"])
     alerts = _alerts(s)
-    out["alerts.firing"] = sum(((ts >= f) & (ts < r)).astype(float) for _, f, r, _ in alerts)
+    out["alerts.firing"] = sum((((ts >= f) & (ts < r)).astype(float) for _, f, r, _ in alerts),
+                               np.zeros(ts.shape))
     calls = kind == "call"
     call_t = np.sort(t[calls])
     n_calls = np.searchsorted(call_t, ts, "right").astype(float)
@@ -222,8 +231,9 @@ def _timeline(cols: list[list], ts: np.ndarray, s: dict[str, float], workers: in
     out["ds.partner.errors"] = _count_at(ts, t[calls & (reason != "ok")], np.empty(0))
     out["ds.partner.breaker"] = _code_at(ts, s["partner_open"], s["partner_half_open"],
                                          s["partner_closed"])
-    reopen = np.where(out["ds.partner.breaker"] == BREAKER_CODES["open"],
-                      s["partner_half_open"] - ts, np.nan)
+    with np.errstate(invalid="ignore"):
+        reopen = np.where(out["ds.partner.breaker"] == BREAKER_CODES["open"],
+                          s["partner_half_open"] - ts, np.nan)
     out["ds.partner.reopen_in"] = reopen
     out["ds.partner.tokens"] = np.clip(100.0 - out["ds.partner.rps"], 0, 100)
     storm = (ts >= s["partner_bad"]) & (ts < s["gateway_closed"])
@@ -264,11 +274,12 @@ def write_incident_trace(
     seed: int = 7,
     flush_every: int = 20_000,
     complete: bool = True,
+    healthy: bool = False,
 ) -> Incident:
     """Write an incident-shaped trace to `path` and return its known facts."""
     rng = np.random.default_rng(seed)
     batches = tuple(f"b{i + 1}" for i in range(n_batches))
-    s = _story(n_tasks, workers, mean_s, n_batches)
+    s = _story(n_tasks, workers, mean_s, n_batches, healthy)
     ev = _Events()
     counts = _simulate(n_tasks, workers, rng, s, batches, ev)
     _breaker_events(ev, s)
@@ -283,7 +294,8 @@ def write_incident_trace(
     series = _timeline(cols, ts, s, workers, batches, sample_interval)
     matrix = np.column_stack([series[nm] for nm in names])
     header = {
-        "source": "lab", "scenario": "synthetic-incident", "seed": seed, "series": names,
+        "source": "lab", "scenario": "synthetic-fixed" if healthy else "synthetic-incident",
+        "seed": seed, "series": names,
         "sample_interval_s": sample_interval,
         "meta": {"downstreams": ["partner"], "pools": ["shared", "batch"],
                  "batches": list(batches), "workers": workers,

@@ -1,0 +1,305 @@
+"""Pilot drives the monitor: keys in, widget state and typed messages out.
+
+No test settles by sleeping: `wait_idle()` returns once the loading thread's round has been
+applied, and `pilot.pause()` is used only where Textual needs a refresh after a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from textual.message import Message
+from textual.pilot import Pilot
+from textual.widget import Widget
+
+from taskfuse.trace import TraceWriter, read_trace
+from tests.tui.tracegen import Incident
+from tui.app import MonitorApp, create_app
+from tui.messages import CommandEntered, TaskChosen
+from tui.screens.dashboard import DashboardScreen
+from tui.screens.help import HelpScreen
+from tui.screens.task_detail import TaskDetailScreen
+from tui.screens.tasks import TasksScreen
+from tui.widgets.alerts import AlertPanel
+from tui.widgets.batches import BatchPanel
+from tui.widgets.business import BusinessPanel
+from tui.widgets.downstreams import DownstreamPanel
+from tui.widgets.history import HistoryView
+from tui.widgets.overview import OverviewPanel
+from tui.widgets.pools import PoolPanel
+from tui.widgets.tasktable import TaskTable
+from tui.widgets.timebar import TimeBar
+
+Scenario = Callable[[MonitorApp, Pilot[int]], Awaitable[None]]
+
+
+def drive(app: MonitorApp, scenario: Scenario, size: tuple[int, int] = (80, 24),
+          hook: Callable[[Message], None] | None = None) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size, message_hook=hook) as pilot:
+            await app.wait_idle()
+            await scenario(app, pilot)
+
+    asyncio.run(main())
+
+
+async def jump(pilot: Pilot[int], text: str) -> None:
+    """Type `:TEXT<enter>` like a user would."""
+    await pilot.press("colon", *text, "enter")
+
+
+def text_of(widget: Widget) -> str:
+    """What a widget shows, as plain text (its renderable printed at its own width)."""
+    console = Console(width=max(20, widget.content_size.width), file=io.StringIO(),
+                      color_system=None, record=True)
+    console.print(widget.render())
+    return console.export_text()
+
+
+def test_gateway_breaker_open_then_closed(incident: Incident) -> None:
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await jump(pilot, f"{incident.gateway_open + 1:.1f}")
+        biz = app.screen.query_one(BusinessPanel)
+        assert app.t == pytest.approx(incident.gateway_open + 1, abs=0.05)
+        assert "gateway OPEN" in text_of(biz)
+        assert "✗ broken" in text_of(biz)
+        assert "OPEN" in text_of(app.screen.query_one(DownstreamPanel))
+        assert "success_rate_low" in text_of(app.screen.query_one(AlertPanel))
+        await jump(pilot, f"{incident.gateway_closed + 1:.1f}")
+        assert "gateway CLOSED" in text_of(biz)
+        assert "OPEN" not in text_of(biz)
+
+    drive(create_app(incident.path), scenario)
+
+
+def test_play_pause_speed_and_seek_keys(incident: Incident) -> None:
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        t0, t1 = app.model.span
+        assert app.t == t0 and not app.playing
+        await pilot.press("space")
+        assert app.playing
+        await pilot.press("space")
+        assert not app.playing
+        await pilot.press("plus", "plus")
+        assert app.speed == 5
+        await pilot.press("minus", "minus", "minus")
+        assert app.speed == 0.5
+        start = app.t
+        await pilot.press("right")
+        step = app.t - start
+        assert step > 0
+        await pilot.press("shift+right")
+        assert app.t == pytest.approx(start + 11 * step)
+        await pilot.press("left")
+        assert app.t == pytest.approx(start + 10 * step)
+        await pilot.press("end")
+        assert app.t == t1
+        await pilot.press("home")
+        assert app.t == t0
+        info = app.screen.query_one(TimeBar).info
+        assert info is not None and info.speed == 0.5 and info.t == t0
+
+    drive(create_app(incident.path), scenario)
+
+
+def test_playing_advances_by_speed_and_stops_at_the_end(incident: Incident) -> None:
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        app.speed = 20
+        app.advance(0.5)
+        assert app.t == pytest.approx(10.0)
+        app.playing = True
+        app.advance(10_000)
+        assert app.t == app.model.span[1] and not app.playing
+
+    drive(create_app(incident.path), scenario)
+
+
+def test_filter_search_and_drill_down(incident: Incident) -> None:
+    seen: list[Message] = []
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("end", "t")
+        assert isinstance(app.screen, TasksScreen)
+        table = app.screen.query_one(TaskTable)
+        assert table.row_count == min(300, incident.n_tasks)
+        await pilot.press("4")  # FAILED
+        assert app.screen.state == "FAILED"
+        assert table.row_count == incident.final_counts["FAILED"]
+        states = {str(table.get_row_at(k)[1]) for k in range(table.row_count)}
+        assert states == {"FAILED"}
+        await pilot.press("0", "slash", *incident.task_ids[7], "enter")
+        assert table.row_count == 1
+        assert table.highlighted_task == incident.task_ids[7]
+        await pilot.press("enter")
+        assert isinstance(app.screen, TaskDetailScreen)
+        history = app.screen.query_one(HistoryView).history
+        assert history is not None and history.task_id == incident.task_ids[7]
+        assert history.rows[0].kind == "submit"
+        await pilot.press("escape")
+        assert isinstance(app.screen, TasksScreen)
+        await pilot.press("escape")  # first esc clears the search
+        assert app.screen.query_text == "" and table.row_count > 1
+        await pilot.press("escape")
+        assert isinstance(app.screen, DashboardScreen)
+
+    drive(create_app(incident.path), scenario, hook=seen.append)
+    unique = list({id(m): m for m in seen}.values())  # the hook sees each hop of a bubble
+    commands = [m for m in unique if isinstance(m, CommandEntered)]
+    assert [(c.mode, c.text) for c in commands] == [("/", incident.task_ids[7])]
+    assert [m.task_id for m in unique if isinstance(m, TaskChosen)] == [incident.task_ids[7]]
+
+
+def test_search_by_trace_id_from_the_dashboard(incident: Incident) -> None:
+    task = incident.task_ids[100]
+    trace = incident.trace_of[task]
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("end", "slash", *trace, "enter")
+        assert isinstance(app.screen, TasksScreen)
+        table = app.screen.query_one(TaskTable)
+        listed = {str(table.get_row_at(k)[0]) for k in range(table.row_count)}
+        assert task in listed
+        await jump(pilot, f"task {task}")
+        assert isinstance(app.screen, TaskDetailScreen) and app.screen.task_id == task
+
+    drive(create_app(incident.path), scenario)
+
+
+def test_the_history_follows_the_cursor(incident: Incident) -> None:
+    task = incident.task_ids[-1]
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("end")
+        await jump(pilot, f"task {task}")
+        view = app.screen.query_one(HistoryView)
+        assert view.history is not None
+        full = len(view.history.rows)
+        await pilot.press("home")
+        assert view.history is not None and len(view.history.rows) < full
+
+    drive(create_app(incident.path), scenario)
+
+
+def test_help_theme_and_quit(incident: Incident) -> None:
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, DashboardScreen)
+        assert app.theme == "textual-light"
+        await pilot.press("T")
+        assert app.theme == "textual-dark"
+        await jump(pilot, "bogus")
+        assert isinstance(app.screen, DashboardScreen)  # a bad jump only warns
+        await pilot.press("q")
+        assert app.return_code == 0
+
+    drive(create_app(incident.path, theme="light"), scenario)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_every_panel_is_on_screen(incident: Incident, size: tuple[int, int]) -> None:
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await jump(pilot, f"{incident.gateway_open:.0f}")
+        width, height = size
+        for panel in (OverviewPanel, DownstreamPanel, PoolPanel, BusinessPanel, BatchPanel,
+                      AlertPanel):
+            region = app.screen.query_one(panel).region
+            assert region.width >= 30 and region.height >= 3, panel
+            assert region.right <= width and region.bottom <= height - 1, panel
+        batches = app.screen.query_one(BatchPanel)
+        assert batches.content_size.height >= len(incident.batches)
+
+    drive(create_app(incident.path), scenario, size=size)
+
+
+def _live_header() -> dict[str, object]:
+    return {"source": "runtime", "scenario": "live", "seed": 1, "sample_interval_s": 1.0,
+            "series": ["queue_depth", "running", "running_limit", "biz.breaker"],
+            "meta": {"workers": 4}}
+
+
+def _submit(t: float, task: str) -> tuple[object, ...]:
+    return (t, "submit", task, "b1", None, None, "PENDING", None, 1, None, None, None)
+
+
+def test_follow_keeps_up_and_reports_a_stall(tmp_path: Path) -> None:
+    now = [0.0]
+    path = tmp_path / "live.trace"
+    writer = TraceWriter(path, _live_header(), flush_every=5)
+    for k in range(3):
+        writer.sample(float(k), [k, 1, 4, 0])
+        writer.event(_submit(float(k), f"t{k}"))
+    writer.flush()
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        assert app.t == 2.0 and app.live
+        for k in range(3, 10):
+            writer.sample(float(k), [k, 2, 4, 2 if k > 6 else 0])
+            writer.event(_submit(float(k), f"t{k}"))
+        writer.flush()
+        app.poll_now()
+        await app.wait_idle()
+        assert app.t == 9.0  # live: the cursor rides the end
+        assert "OPEN" in text_of(app.screen.query_one(BusinessPanel))
+        assert app.model.tasks.counts_at(9.0)["PENDING"] == 10
+        await pilot.press("left")
+        assert not app.live
+        now[0] = 60.0
+        app.poll_now()
+        await app.wait_idle()
+        await pilot.pause()
+        assert "stalled since 0:09.0" in text_of(app.screen.query_one(TimeBar))
+        await pilot.press("end")
+        assert app.live and app.t == 9.0
+        writer.close(None)
+        app.poll_now()
+        await app.wait_idle()
+        assert app.model.complete
+        assert "stalled" not in text_of(app.screen.query_one(TimeBar))
+
+    drive(create_app(path, follow=True, clock=lambda: now[0], poll_s=3600), scenario)
+
+
+def test_a_corrupt_frame_shows_in_the_app(trace_copy: Path) -> None:
+    data = bytearray(trace_copy.read_bytes())
+    at = data.rfind(b"E", 0, len(data) // 2)  # somewhere inside an event frame's body
+    data[at + 40 : at + 60] = b"\xff" * 20
+    trace_copy.write_bytes(bytes(data))
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.pause()
+        assert app.error is not None and "corrupt" in app.error
+        assert "error:" in text_of(app.screen.query_one(TimeBar))
+
+    drive(create_app(trace_copy), scenario)
+
+
+def _gateway_windows(path: Path) -> tuple[float, float]:
+    """A time inside the gateway breaker's first open spell, and one after it closed again."""
+    changes = [(e.t, e.dst) for e in read_trace(path).events(kind="breaker")
+               if e.subject == "gateway"]
+    k_open = next(k for k, (_, dst) in enumerate(changes) if dst == "open")
+    k_closed = next(k for k in range(k_open, len(changes)) if changes[k][1] == "closed")
+    t_open = (changes[k_open][0] + changes[k_open + 1][0]) / 2
+    t_after = changes[k_closed + 1][0] if k_closed + 1 < len(changes) else changes[k_closed][0] + 2
+    return t_open, (changes[k_closed][0] + t_after) / 2
+
+
+def test_the_lab_incident_shows_the_gateway_breaker(lab_incident: Path) -> None:
+    """On the lab's own incident trace: OPEN while the gateway's breaker is open, then not."""
+    t_open, t_closed = _gateway_windows(lab_incident)
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        biz = app.screen.query_one(BusinessPanel)
+        await jump(pilot, f"{t_open:.2f}")
+        assert "gateway OPEN" in text_of(biz)
+        await jump(pilot, f"{t_closed:.2f}")
+        assert "gateway CLOSED" in text_of(biz)
+
+    drive(create_app(lab_incident), scenario)

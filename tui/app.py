@@ -1,0 +1,370 @@
+"""The monitor app: owns the time cursor and the data; screens and widgets only render.
+
+`create_app` is the one factory: the `lab watch` command (through `run_watch`) and the tests
+build the app the same way. The app's jobs are few and kept here on purpose:
+
+* playback — a cursor in trace time, moved by keys, by `:` jumps and, while playing, by
+  `speed` x the frame interval on a timer (the app advances trace time; no widget reads a
+  clock, they render the time the app hands them);
+* loading — a worker thread decodes the trace's event frames (and, when following, polls
+  the file on a timer) and only ever posts messages; the handlers below apply them to the
+  model on the UI thread;
+* navigation — k9s/htop keys: `?` help, `/` search, `:` jump, esc back, q quit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Input
+from textual.worker import get_current_worker
+
+from taskfuse.trace import TraceError
+from tui.messages import (
+    CommandEntered,
+    EventsDecoded,
+    PumpFinished,
+    SourceFailed,
+    SourceStalled,
+    TaskChosen,
+    TraceGrew,
+)
+from tui.model import PlayInfo, TraceModel, next_speed, parse_command, seek_step, snap_speed
+from tui.screens.base import MonitorScreen
+from tui.screens.dashboard import DashboardScreen
+from tui.screens.help import HelpScreen
+from tui.screens.task_detail import TaskDetailScreen
+from tui.screens.tasks import TasksScreen
+from tui.sources import Delta, TraceSource
+
+#: Playback frame interval (wall seconds); each frame moves the cursor speed x this.
+FRAME_S = 0.1
+#: How often a followed trace is polled (wall seconds).
+POLL_S = 0.25
+THEMES = {"dark": "textual-dark", "light": "textual-light"}
+_PLAYBACK = {"toggle_play", "speed", "step", "home", "end"}
+
+
+class MonitorApp(App[int]):
+    """Replays or follows one trace."""
+
+    CSS_PATH = "monitor.tcss"
+    TITLE = "taskfuse monitor"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_play", "play/pause", priority=True),
+        Binding("plus,equals_sign", "speed(1)", "faster", priority=True, key_display="+"),
+        Binding("minus", "speed(-1)", "slower", priority=True, key_display="-"),
+        Binding("left", "step(-1)", "back", priority=True, show=False),
+        Binding("right", "step(1)", "fwd", priority=True, show=False),
+        Binding("shift+left", "step(-10)", "back x10", priority=True, show=False),
+        Binding("shift+right", "step(10)", "fwd x10", priority=True, show=False),
+        Binding("home", "home", "start", priority=True, show=False),
+        Binding("end", "end", "end", priority=True, show=False),
+        Binding("colon", "prompt(':')", "jump", key_display=":"),
+        Binding("slash", "prompt('/')", "search", key_display="/"),
+        Binding("t", "view('tasks')", "tasks", show=False),
+        Binding("d", "view('dashboard')", "dash", show=False),
+        Binding("escape", "back", "back", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("T", "toggle_theme", "theme", show=False),
+        Binding("q", "quit_monitor", "quit"),
+    ]
+
+    def __init__(self, source: TraceSource, speed: float = 1.0, theme: str | None = None,
+                 poll_s: float = POLL_S) -> None:
+        super().__init__()
+        self.source = source
+        self.model = TraceModel(source.header)
+        self.speed = snap_speed(speed)
+        self.poll_s = poll_s
+        self.playing = False
+        self.live = source.follow
+        self.stalled_for: float | None = None
+        self.error: str | None = None
+        self.t = 0.0
+        self._theme_name = THEMES.get(theme or "dark", theme or "textual-dark")
+        self._frame_timer: Timer | None = None
+        self._busy = False
+        self._idle = asyncio.Event()
+        first = source.first
+        if first is not None:
+            self._apply_delta_data(first)
+        t0, t1 = self.model.span
+        self.t = t1 if source.follow else t0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.theme = self._theme_name
+        self.install_screen(DashboardScreen(self.model), "dashboard")
+        self.install_screen(TasksScreen(self.model), "tasks")
+        self.push_screen("dashboard")
+        self._frame_timer = self.set_interval(FRAME_S, self._frame, pause=True)
+        if self.source.follow:
+            self.set_interval(self.poll_s, self.poll_now)
+        self._start_pump(poll=False)
+        self.call_after_refresh(self._sync)
+
+    @property
+    def events_loaded(self) -> bool:
+        """True once every event frame read so far is in the model (tests wait on this)."""
+        return self.model.events_loaded and not self._busy
+
+    def _start_pump(self, poll: bool) -> None:
+        self._busy = True
+        self._idle.clear()
+        self._pump(poll)
+
+    async def wait_idle(self) -> None:
+        """Wait until the loading thread's current round has been applied (for tests)."""
+        await self._idle.wait()
+
+    @work(thread=True, exclusive=False, group="source", exit_on_error=False)
+    def _pump(self, poll: bool) -> None:
+        """On a worker thread: read new frames (when polling) and decode event frames."""
+        worker = get_current_worker()
+        try:
+            if poll:
+                delta = self.source.poll()
+                if delta.stalled_for is not None:
+                    self.post_message(SourceStalled(delta.stalled_for))
+                if delta.grew:
+                    self.post_message(TraceGrew(delta))
+            while not worker.is_cancelled:
+                chunk = self.source.decode_next()
+                if chunk is None:
+                    break
+                self.post_message(EventsDecoded(chunk, self.source.pending_frames))
+        except TraceError as exc:
+            self.post_message(SourceFailed(str(exc)))
+        self.post_message(PumpFinished())
+
+    def poll_now(self) -> None:
+        """Read what the followed file gained (the poll timer calls this; so can tests)."""
+        if not self._busy and self.error is None:
+            self._start_pump(poll=True)
+
+    # -- data from the loading thread -----------------------------------------------------
+
+    def _apply_delta_data(self, delta: Delta) -> None:
+        self.model.add_samples(delta.times, delta.rows)
+        self.model.pending_frames += delta.new_event_frames
+        if delta.complete:
+            self.model.finish(delta.report)
+
+    def on_trace_grew(self, message: TraceGrew) -> None:
+        self.stalled_for = None
+        self._apply_delta_data(message.delta)
+        if self.live:
+            self.t = self.model.span[1]
+        self._sync()
+
+    def on_pump_finished(self, message: PumpFinished) -> None:
+        self._busy = False
+        self._idle.set()
+        self._sync()
+
+    def on_events_decoded(self, message: EventsDecoded) -> None:
+        self.model.add_events(message.chunk, message.pending)
+        if self.live:
+            self.t = self.model.span[1]
+        if message.pending == 0 or message.pending % 8 == 0:
+            self._sync()
+
+    def on_source_stalled(self, message: SourceStalled) -> None:
+        self.stalled_for = message.seconds
+        self._sync()
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self.error = message.error
+        self.notify(message.error, title="trace", severity="error", timeout=10)
+        self._sync()
+
+    # -- the cursor -----------------------------------------------------------------------
+
+    def seek(self, t: float, live: bool | None = None) -> None:
+        """Move the cursor (clamped to the run); every screen follows it."""
+        t0, t1 = self.model.span
+        self.t = min(max(t, t0), t1)
+        self.live = (self.source.follow and self.t >= t1) if live is None else live
+        self._sync()
+
+    def advance(self, seconds: float) -> None:
+        """Move forward `seconds` of wall time at the current speed (one playback frame)."""
+        t1 = self.model.span[1]
+        target = self.t + seconds * self.speed
+        if target >= t1 and not (self.source.follow and not self.model.complete):
+            self.playing = False
+            if self._frame_timer is not None:
+                self._frame_timer.pause()
+        self.seek(target)
+
+    def _frame(self) -> None:
+        if self.playing:
+            self.advance(FRAME_S)
+
+    def info(self) -> PlayInfo:
+        m = self.model
+        return PlayInfo(
+            self.t, m.span, self.playing, self.speed, self.source.follow, self.live,
+            m.complete, self.stalled_for, m.pending_frames,
+            f"{m.meta.scenario} seed={m.meta.seed}", self.error,
+        )
+
+    def _sync(self) -> None:
+        """Hand the cursor and play state down to the screen(s) showing."""
+        info = self.info()
+        for screen in self._showing():
+            screen.info = info
+            if screen.t != self.t:
+                screen.t = self.t
+            else:
+                screen.show()
+
+    def _showing(self) -> list[MonitorScreen]:
+        stack = [s for s in self.screen_stack if isinstance(s, MonitorScreen)]
+        return stack[-1:]
+
+    # -- actions --------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Playback keys are priority bindings; let them through to a focused prompt."""
+        return not (action in _PLAYBACK and isinstance(self.focused, Input))
+
+    def action_toggle_play(self) -> None:
+        self.playing = not self.playing
+        if self.playing and self.t >= self.model.span[1] and not self.source.follow:
+            self.t = self.model.span[0]
+        if self._frame_timer is not None:
+            (self._frame_timer.resume if self.playing else self._frame_timer.pause)()
+        self._sync()
+
+    def action_speed(self, direction: int) -> None:
+        self.speed = next_speed(self.speed, direction > 0)
+        self._sync()
+
+    def action_step(self, steps: int) -> None:
+        t0, t1 = self.model.span
+        self.seek(self.t + steps * seek_step(t1 - t0))
+
+    def action_home(self) -> None:
+        self.seek(self.model.span[0])
+
+    def action_end(self) -> None:
+        self.seek(self.model.span[1], live=self.source.follow)
+
+    async def action_prompt(self, mode: str) -> None:
+        if mode == "/" and not isinstance(self.screen, TasksScreen):
+            await self.action_view("tasks")
+        if isinstance(self.screen, MonitorScreen):
+            self.screen.open_prompt(mode)
+
+    async def action_view(self, name: str) -> None:
+        while len(self.screen_stack) > 2:
+            await self.pop_screen()
+        if name == "help":
+            self.action_help()
+            return
+        if self.screen is not self.get_screen(name):
+            await self.switch_screen(name)
+        self._sync()
+
+    async def action_back(self) -> None:
+        if len(self.screen_stack) > 2:
+            await self.pop_screen()
+        elif isinstance(self.screen, TasksScreen):
+            if self.screen.query_text or self.screen.state:
+                self.screen.query_text, self.screen.state = "", None
+                return
+            await self.switch_screen("dashboard")
+        self._sync()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(), lambda _: self._sync())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def action_quit_monitor(self) -> None:
+        self.exit(0)
+
+    # -- messages from screens ------------------------------------------------------------
+
+    @on(CommandEntered)
+    async def _command(self, message: CommandEntered) -> None:
+        if message.mode == "/":
+            await self.action_view("tasks")
+            tasks = self.get_screen("tasks")
+            assert isinstance(tasks, TasksScreen)
+            tasks.query_text = message.text.strip()
+            return
+        cmd = parse_command(message.text, self.t, self.model.span)
+        if cmd.error:
+            self.notify(cmd.error, severity="warning")
+        elif cmd.quit:
+            self.exit(0)
+        elif cmd.view:
+            await self.action_view(cmd.view)
+        elif cmd.task:
+            await self._drill(cmd.task)
+        elif cmd.t is not None:
+            self.seek(cmd.t)
+
+    @on(TaskChosen)
+    async def _task_chosen(self, message: TaskChosen) -> None:
+        await self._drill(message.task_id)
+
+    async def _drill(self, query: str) -> None:
+        task = self.model.tasks.resolve(query)
+        if task is None:
+            self.notify(f"no task or trace {query!r}", severity="warning")
+            return
+        screen: Screen[None] = TaskDetailScreen(self.model, task)
+        await self.push_screen(screen)
+        self._sync()
+
+
+def create_app(
+    path: str | Path,
+    follow: bool = False,
+    speed: float = 1.0,
+    theme: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    poll_s: float = POLL_S,
+) -> MonitorApp:
+    """Open the trace and build the app; raises TraceError or ValueError (a bad theme)."""
+    if theme is not None and theme not in THEMES and theme not in _known_themes():
+        raise ValueError(f"unknown theme {theme!r} (use light, dark or a Textual theme name)")
+    source = TraceSource.open(path, follow=follow, clock=clock)
+    return MonitorApp(source, speed=speed, theme=theme, poll_s=poll_s)
+
+
+def _known_themes() -> set[str]:
+    from textual.theme import BUILTIN_THEMES
+
+    return set(BUILTIN_THEMES)
+
+
+def run_watch(
+    path: str, follow: bool = False, speed: float = 1.0, theme: str | None = None
+) -> int:
+    """Run the monitor on `path`; 0 on a normal quit, 2 (one line on stderr) on a bad trace."""
+    try:
+        app = create_app(path, follow=follow, speed=speed, theme=theme)
+    except (TraceError, ValueError) as exc:
+        print(f"watch: {exc}", file=sys.stderr)
+        return 2
+    result = app.run()
+    return 0 if result is None else int(result)

@@ -1,0 +1,1 @@
+"""The monitor's screens: dashboard, task table, one task's history, help."""

@@ -1,0 +1,54 @@
+"""What every monitor screen shares: the time bar on top, the prompt and the key footer below.
+
+The app gives each screen the model once (data down) and then only sets `t` and `info`;
+a screen turns those into its widgets' attributes in `show()`, so widgets stay renderers.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from tui.model import PlayInfo, TraceModel
+from tui.widgets.commandbar import CommandBar
+from tui.widgets.timebar import TimeBar
+
+
+class MonitorScreen(Screen[None]):
+    """A screen that follows the app's time cursor."""
+
+    t: reactive[float] = reactive(0.0, init=False)
+    info: reactive[PlayInfo | None] = reactive(None, init=False)
+
+    def __init__(self, model: TraceModel, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.model = model
+
+    def compose(self) -> ComposeResult:
+        yield TimeBar()
+        yield from self.compose_body()
+        yield CommandBar()
+        yield Footer()
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    def on_mount(self) -> None:
+        self.query_one(TimeBar).info = self.info
+        self.show()
+
+    def watch_t(self) -> None:
+        if self.is_mounted:
+            self.show()
+
+    def watch_info(self, info: PlayInfo | None) -> None:
+        if self.is_mounted:
+            self.query_one(TimeBar).info = info
+
+    def show(self) -> None:
+        """Push what this screen shows at `t` down into its widgets."""
+
+    def open_prompt(self, mode: str, text: str = "") -> None:
+        self.query_one(CommandBar).open(mode, text)

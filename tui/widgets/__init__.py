@@ -1,0 +1,1 @@
+"""The monitor's widgets: each renders one record it is given and never reads a clock."""
