@@ -21,6 +21,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy --strict taskfuse/core
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

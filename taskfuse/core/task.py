@@ -8,7 +8,7 @@ one. Reads are therefore snapshots for free, and a lost race is a `False` from t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,16 +65,17 @@ class Task:
         return _copy_task(self)
 
 
-TASK_FIELDS: tuple[str, ...] = Task.__slots__  # type: ignore[assignment]
+TASK_FIELDS: tuple[str, ...] = Task.__slots__
 
 
-def _make_copier() -> Any:
+def _make_copier() -> Callable[[Task], Task]:
     """Build a copier that assigns every slot by name: ~3x faster than copy.copy on slots."""
     body = "\n".join(f"    new.{name} = task.{name}" for name in TASK_FIELDS)
     src = f"def _copy_task(task):\n    new = _new(Task)\n{body}\n    return new\n"
     namespace: dict[str, Any] = {"_new": object.__new__, "Task": Task}
     exec(src, namespace)  # generated code of fixed shape, like dataclasses' own __init__
-    return namespace["_copy_task"]
+    copier: Callable[[Task], Task] = namespace["_copy_task"]
+    return copier
 
 
 _copy_task = _make_copier()
