@@ -338,6 +338,7 @@ class Simulation:
         program = self.programs[task.payload]
         held: list[tuple[Any, ...]] = []
         error: str | None = None
+        last = program.steps[-1]
         try:
             for step in program.steps:
                 op = step[0]
@@ -351,8 +352,8 @@ class Simulation:
                         error = yield from ds.call(held, task)
                         if error is not None:
                             break
-                if error is not None or self.scheduler.is_cancelled(task):
-                    break
+                if error is not None or (step is not last and self.scheduler.is_cancelled(task)):
+                    break  # cooperative cancel between steps; after the last, complete() tells
         except simpy.Interrupt:
             self._abandon(held)
             raise
