@@ -1,7 +1,9 @@
 """`taskfuse`: the operator's command — run workers, submit, look, cancel, sweep, inspect.
 
     taskfuse worker  --store URL --app module:obj [--workers N] [--trace PATH]
+                     [--metrics-port P] [--log-json]
     taskfuse submit  --store URL KIND [--payload JSON] [--batch ID --cap N] [--key KEY]
+                     [--trace-id TRACE_ID_OR_TRACEPARENT]
     taskfuse status  --store URL [BATCH] [--json]
     taskfuse cancel  --store URL TASK_OR_BATCH
     taskfuse sweep   --store URL [--every S] [--once]
@@ -29,7 +31,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, derive_batch_status
@@ -38,6 +40,10 @@ from taskfuse.core.task import Task, TaskSpec
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 from taskfuse.store import open_store, redact_url
+
+if TYPE_CHECKING:
+    from taskfuse.observe.prometheus import MetricsServer
+    from taskfuse.runtime.threads import Runner
 
 PROG = "taskfuse"
 STATUS_ORDER = list(TaskStatus)
@@ -139,6 +145,10 @@ def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--drain", action="store_true",
                    help="exit once no task is PENDING or RUNNING (a one-off batch run)")
     p.add_argument("--log-json", action="store_true", help="log one JSON object per line")
+    p.add_argument("--metrics-port", type=_non_negative_int, default=None, metavar="P",
+                   help="serve Prometheus metrics at http://ADDR:P/metrics (0: any free port)")
+    p.add_argument("--metrics-addr", default="0.0.0.0", metavar="ADDR",
+                   help="address the metrics endpoint listens on (0.0.0.0)")
     p.set_defaults(func=cmd_worker)
 
 
@@ -155,6 +165,9 @@ def _add_submit(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--depends-on", action="append", default=[], metavar="TASK_ID",
                    help="run only after this task succeeded (repeatable)")
     p.add_argument("--id", dest="task_id", help="choose the task id (default: generated)")
+    p.add_argument("--trace-id", metavar="ID",
+                   help="the caller's trace: a trace id, or a W3C traceparent value to continue "
+                        "(default: generated)")
     p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
                    help="module:object: check the kind and use its registered defaults")
     p.add_argument("--json", action="store_true", help="print the task record as JSON")
@@ -190,7 +203,9 @@ def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_inspect(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("inspect", parents=[common], help="a task's record and history")
-    p.add_argument("target", metavar="TASK_ID_OR_TRACE_ID")
+    p.add_argument("target", metavar="TASK_ID_OR_TRACE_ID",
+                   help="a task id, a trace id, or the W3C trace id / traceparent a "
+                        "downstream logged")
     p.add_argument("--trace", help="also list the task's events from this trace file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_inspect)
@@ -342,12 +357,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     with _logging(args, args.log_json), opened_store(args.store) as store:
         runner = Runner(app, store, workers=args.workers, worker_id=args.worker_id,
                         trace=args.trace, trace_interval_s=args.trace_interval)
+        server = _serve_metrics(runner, args)
         restore = _install_stop_handlers(first)
         try:
             _run_worker(runner, args, stop)
         finally:
             restore()
+            if server is not None:
+                server.close()
     return 0
+
+
+def _serve_metrics(runner: Runner, args: argparse.Namespace) -> MetricsServer | None:
+    """Start the Prometheus endpoint (before the runner, so no event is missed), if asked."""
+    if args.metrics_port is None:
+        return None
+    from taskfuse.observe.prometheus import serve_runner
+
+    server = serve_runner(runner, args.metrics_port, args.metrics_addr)
+    log.info("metrics at http://%s:%d/metrics", args.metrics_addr, server.port)
+    return server
 
 
 def _run_worker(runner: Any, args: argparse.Namespace, stop: threading.Event) -> None:
@@ -377,7 +406,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     app = load_app(args.app) if args.app else App()
     fields: dict[str, Any] = {
         "idempotency_key": args.key, "depends_on": tuple(args.depends_on),
-        "task_id": args.task_id,
+        "task_id": args.task_id, "trace_id": _caller_trace_id(args.trace_id),
     }
     for name in ("priority", "timeout", "max_retry"):
         if getattr(args, name) is not None:
@@ -420,6 +449,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     _print_table(rows, total)
     return 0
+
+
+def _caller_trace_id(text: str | None) -> str | None:
+    """The trace_id a caller passed (a traceparent continues its trace), or None."""
+    if text is None:
+        return None
+    from taskfuse.observe.traceparent import TraceparentError, trace_id_from
+
+    try:
+        return trace_id_from(text)
+    except TraceparentError as exc:
+        raise CliError(f"--trace-id: {exc}") from None
 
 
 def _counts_json(counts: dict[TaskStatus, int]) -> dict[str, int]:
@@ -515,10 +556,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     with opened_store(args.store) as store:
-        tasks = store.find(args.target)
+        tasks = find_tasks(store, args.target)
     if not tasks:
         raise CliError(f"no task with id or trace_id {args.target!r}")
-    events = _trace_events(args.trace, args.target) if args.trace else None
+    ids = [t.task_id for t in tasks]
+    events = _trace_events(args.trace, ids) if args.trace else None
     if args.json:
         _print_json({"tasks": [record_json(t) for t in tasks], "events": events})
         return 0
@@ -531,6 +573,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for e in events:
             _print_event(e)
     return 0
+
+
+def find_tasks(store: Store, target: str) -> list[Task]:
+    """Tasks by task id or trace_id, or by the W3C form a downstream logged.
+
+    A 32-hex W3C trace id (or a whole traceparent value) finds the task whose trace_id it
+    was derived from (taskfuse.observe.traceparent), so an id copied from a partner's logs
+    leads back to the task.
+    """
+    tasks = store.find(target)
+    if tasks:
+        return tasks
+    from taskfuse.observe.traceparent import TraceparentError, parse, task_trace_ids
+
+    try:
+        w3c_id = parse(target).trace_id
+    except TraceparentError:
+        w3c_id = target
+    for candidate in task_trace_ids(w3c_id):
+        if candidate != target and (tasks := store.find(candidate)):
+            return tasks
+    return []
 
 
 def _print_record(task: Task) -> None:
@@ -560,14 +624,15 @@ def _history(task: Task) -> list[tuple[float | None, str]]:
     if task.status is TaskStatus.PENDING and task.not_before is not None:
         out.append((task.not_before, "eligible to run again (backoff)"))
     if task.finished_at is not None:
-        detail = f": {task.error_kind}: {task.error_msg}" if task.error_kind else ""
+        failed = task.error_kind and task.status is not TaskStatus.SUCCESS  # not a past error
+        detail = f": {task.error_kind}: {task.error_msg}" if failed else ""
         out.append((task.finished_at, f"ended {task.status.value}{detail}"))
     else:
         out.append((None, f"now {task.status.value}"))
     return out
 
 
-def _trace_events(path: str, target: str) -> list[dict[str, Any]]:
+def _trace_events(path: str, task_ids: list[str]) -> list[dict[str, Any]]:
     from taskfuse.trace import TraceError, read_trace
 
     try:
@@ -576,7 +641,8 @@ def _trace_events(path: str, target: str) -> list[dict[str, Any]]:
         raise CliError(str(exc)) from None
     t0 = trace.header.get("meta", {}).get("t0_epoch")
     out = []
-    for event in trace.events(task_id=target):
+    wanted = set(task_ids)
+    for event in (e for e in trace.events() if e.task_id in wanted):
         data = event._asdict()
         if t0 is not None:
             data["at"] = _when(t0 + event.t)

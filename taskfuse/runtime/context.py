@@ -2,10 +2,11 @@
 
 A task function is `fn(ctx, payload)`. Through `ctx` it learns who it is (task_id, trace_id,
 attempt), whether to stop (`cancelled()`, `sleep()`), renews its lease (`heartbeat()`), logs
-with its trace_id (`logger`), and calls guarded downstreams::
+with its trace_id (`logger`), and calls guarded downstreams, sending the task's trace along
+as a W3C `traceparent` header (`http_headers()`)::
 
     with ctx.downstream("partner"):      # breaker -> bulkhead -> token bucket, then the call
-        response = session.get(url)
+        response = session.get(url, headers=ctx.http_headers())
 
 The context never decides anything: it asks the runner's Scheduler and guards (under the
 runner's lock) and does the waiting itself, outside the lock.
@@ -16,14 +17,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import QUEUED, Guard, Pace, Rejected
 from taskfuse.core.task import Task
-from taskfuse.runtime.errors import DownstreamRejected, TaskCanceled, UnknownDownstream
+from taskfuse.observe import traceparent as w3c
+from taskfuse.runtime.errors import (
+    DownstreamRejected,
+    TaskCanceled,
+    UnknownDownstream,
+    outcome_of,
+)
 
 if TYPE_CHECKING:
     from taskfuse.runtime.threads import Runner
@@ -111,6 +118,18 @@ class TaskContext:
         if self._logger is None:
             self._logger = task_logger(self.task)
         return self._logger
+
+    def traceparent(self) -> str:
+        """A W3C `traceparent` value for one outgoing call: this task's trace, a new span.
+
+        The 16-hex trace_id is widened to W3C's 32 hex deterministically (see
+        `taskfuse.observe.traceparent`), so the downstream's logs and ours join on it.
+        """
+        return w3c.traceparent(self.task.trace_id)
+
+    def http_headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Headers for one outgoing HTTP call: `extra` plus a fresh `traceparent`."""
+        return w3c.headers(self.task.trace_id, extra)
 
     def cancelled(self) -> bool:
         """Whether this attempt should stop: its record moved on without it.
@@ -279,5 +298,8 @@ class DownstreamCall:
 
 
 def _kind(exc: BaseException | None) -> str:
-    kind = getattr(exc, "kind", None)
-    return str(kind) if kind else type(exc).__name__
+    """The error kind of a failed call, named as the task's outcome would name it
+    (ConnectionResetError -> connection_reset), so call errors and retries agree."""
+    if exc is None:
+        return "error"
+    return outcome_of(exc).error_kind or type(exc).__name__

@@ -207,7 +207,8 @@ class Runner:
                 try:
                     new = self.scheduler.release(ctx.task, now)
                 except Exception:
-                    log.exception("could not release task %s at shutdown", ctx.task.task_id)
+                    log.exception("could not release task %s at shutdown", ctx.task.task_id,
+                                  extra=task_extra(ctx.task))
                     new = None
                 if new is not None:
                     released.append(new)
@@ -216,7 +217,8 @@ class Runner:
             if released:
                 self._changed()
         for task in released:
-            log.info("released task %s back to PENDING (shutdown)", task.task_id)
+            log.info("released task %s back to PENDING (shutdown)", task.task_id,
+                     extra=task_extra(task))
         return released
 
     @property
@@ -464,12 +466,14 @@ class Runner:
         try:
             return self.scheduler.complete(task, outcome, self.clock())
         except Exception as exc:
-            log.exception("could not store the outcome of task %s", task.task_id)
+            log.exception("could not store the outcome of task %s", task.task_id,
+                          extra=task_extra(task))
             failure = Outcome.failure(RESULT_ERROR, f"outcome could not be stored: {exc}")
             try:
                 return self.scheduler.complete(task, failure, self.clock())
             except Exception:
-                log.exception("could not store the failure of task %s either", task.task_id)
+                log.exception("could not store the failure of task %s either", task.task_id,
+                              extra=task_extra(task))
                 return None
 
     # -- the watchdog, the heartbeat, the listener -----------------------------------------
@@ -498,7 +502,7 @@ class Runner:
             self.stats.expired += 1
             self._stop_task(task.task_id)
             log.info("watchdog: task %s %s (%s)", task.task_id, task.status.value,
-                     task.error_msg, extra={"task_id": task.task_id, "trace_id": task.trace_id})
+                     task.error_msg, extra=task_extra(task))
         self._changed()
 
     def _beat(self) -> None:
@@ -520,7 +524,8 @@ class Runner:
         try:
             return self.scheduler.heartbeat(ctx.task, now)
         except Exception:
-            log.exception("heartbeat of task %s failed", ctx.task.task_id)
+            log.exception("heartbeat of task %s failed", ctx.task.task_id,
+                          extra=task_extra(ctx.task))
             return True  # unknown: keep running; the lease decides if it was really lost
 
     def _listen_loop(self) -> None:
@@ -543,6 +548,11 @@ class Runner:
     def running_tasks(self) -> list[Task]:
         """Tasks running in this runner now (lock held by the caller or not needed)."""
         return [ctx.task for ctx in list(self._running.values())]
+
+
+def task_extra(task: Task) -> dict[str, str]:
+    """The `extra` of a runner log line about a task: every line of a task has its trace_id."""
+    return {"task_id": task.task_id, "trace_id": task.trace_id}
 
 
 def _min(a: float | None, b: float | None) -> float | None:

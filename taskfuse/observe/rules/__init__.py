@@ -1,0 +1,1 @@
+"""Prometheus rule files shipped with taskfuse (package data; see `taskfuse.observe.alerts`)."""
