@@ -2,18 +2,29 @@
 
     lab simulate FILE [--seed N] [--set key.path=value ...] [--json]
                       [--trace PATH | --no-trace]
+                      [--plot FILE.png]
+    lab sweep FILE --vary key.path=LIST|FROM..TO:STEP ... [--seeds N] [--jobs J]
+                   [--metric PATH ...] [--out PREFIX] [--plot FILE.png]
+    lab size FILE --vary ... [--slo 'PATH<=NUMBER' ...] (--maximize M | --minimize M)
+    lab plot TRACE -o FILE.png [--vs OTHER_TRACE]
+    lab loadtest FILE [--time-scale F] [--store URL] [--json] [--trace PATH | --no-trace]
+    lab compare FILE [--time-scale F] [--tolerance X]
     lab schema                     the scenario format as JSON Schema
     lab watch TRACE [--follow]     the terminal monitor on a recorded or running trace
 
-Exit codes: 0 ok; 1 an SLO declared in the scenario was broken; 2 bad input (one line on
-stderr saying what, where and what was expected; a traceback only with -v).
+Exit codes: 0 ok; 1 an SLO declared in the scenario was broken (for `lab size`: no point of
+the space keeps every SLO); 2 bad input (one line on stderr saying what, where and what was
+expected; a traceback only with -v); 130 interrupted (a sweep keeps what finished).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-trace", action="store_true", help="do not write a trace")
     sim.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                      help="progress bar on stderr (auto: when stderr is a terminal)")
+    sim.add_argument("--plot", metavar="FILE.png", help="draw the run at the end (see lab plot)")
 
+    _sweep_parser(sub)
+    _size_parser(sub)
+    plot = sub.add_parser("plot", help="draw a recorded run as a picture for a review")
+    plot.add_argument("trace", help="a trace file written by lab simulate or a real run")
+    plot.add_argument("-o", "--output", required=True, metavar="FILE.png",
+                      help="where to write the picture (.png, .svg or .pdf)")
+    plot.add_argument("--vs", metavar="OTHER_TRACE", help="a second run, drawn below the first")
+
+    _loadtest_parsers(sub)
     sub.add_parser("schema", help="print the scenario format as JSON Schema")
 
     watch = sub.add_parser("watch", help="open the terminal monitor on a trace")
@@ -49,12 +70,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _grid_args(p: argparse.ArgumentParser, seeds: int) -> None:
+    """The options `lab sweep` and `lab size` share: the space, the seeds, where runs go."""
+    p.add_argument("file", help="scenario YAML file")
+    p.add_argument("--vary", action="append", default=[], required=True,
+                   metavar="KEY.PATH=VALUES",
+                   help="a varied key: a list 10,20,50 or a range 5..50:5 (repeatable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY.PATH=VALUE", help="a fixed override (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="first seed (default: the file's)")
+    p.add_argument("--seeds", type=int, default=seeds,
+                   help=f"seeds per point: seed, seed+1, ... (default {seeds})")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="parallel runs (default: CPU count; 1 runs in this process)")
+    p.add_argument("--executor", choices=["local", "dask"], default="local",
+                   help="local processes, or a Dask distributed cluster")
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="Dask scheduler address (default: a local cluster of --jobs workers)")
+    p.add_argument("--metric", action="append", default=[], metavar="PATH",
+                   help="a report key path to show, e.g. downstreams.partner.rejected_429")
+    p.add_argument("--out", metavar="PREFIX",
+                   help="write PREFIX.json and PREFIX.csv; rerunning resumes from them")
+    p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                   help="progress bar on stderr (auto: when stderr is a terminal)")
+
+
+def _sweep_parser(sub: Any) -> None:
+    p = sub.add_parser("sweep", help="run a scenario over a grid of values and seeds")
+    _grid_args(p, seeds=1)
+    p.add_argument("--plot", metavar="FILE.png", help="a line chart (1 axis) or heatmap (2)")
+
+
+def _size_parser(sub: Any) -> None:
+    p = sub.add_parser("size", help="search the limits that keep the SLOs and do best")
+    _grid_args(p, seeds=3)
+    p.add_argument("--slo", action="append", default=[], metavar="EXPR",
+                   help="a constraint PATH OP NUMBER, e.g. 'business.p99_s<=0.06' (repeatable)")
+    goal = p.add_mutually_exclusive_group(required=True)
+    goal.add_argument("--maximize", metavar="METRIC", help="e.g. throughput_per_s")
+    goal.add_argument("--minimize", metavar="METRIC", help="e.g. makespan_s")
+    p.add_argument("--budget", type=int, default=400,
+                   help="at most this many runs; a larger space is searched, not gridded")
+    p.add_argument("--no-file-slo", action="store_true",
+                   help="ignore the scenario's own slo block (only --slo constraints)")
+    p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "simulate":
             return simulate(args)
+        if args.command == "sweep":
+            return sweep_cmd(args)
+        if args.command == "size":
+            return size_cmd(args)
+        if args.command == "plot":
+            return plot_cmd(args)
+        if args.command == "loadtest":
+            return loadtest_cmd(args)
+        if args.command == "compare":
+            return compare_cmd(args)
         if args.command == "schema":
             print(json_schema())
             return 0
@@ -80,14 +157,27 @@ def _trace_path(args: argparse.Namespace, name: str, seed: int) -> Path | None:
 def simulate(args: argparse.Namespace) -> int:
     from lab.run import run_scenario  # imported late: `lab schema` stays instant
 
+    if args.plot:
+        from lab.plot import require_matplotlib
+
+        require_matplotlib()
     scenario = load_scenario(args.file, args.overrides)
     seed = scenario.seed if args.seed is None else args.seed
     trace = _trace_path(args, scenario.name, seed)
-    progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    try:
-        result = run_scenario(scenario, seed, trace, progress=progress)
-    except OSError as exc:
-        raise ScenarioError(f"{trace}: cannot write the trace: {exc.strerror}") from None
+    progress = _progress(args)
+    # --plot with --no-trace: the picture needs a trace, so it goes to a scratch file
+    scratch: Any = (tempfile.TemporaryDirectory(prefix="lab-plot-") if args.plot and not trace
+                    else contextlib.nullcontext(None))
+    with scratch as tmp:
+        drawn = Path(tmp) / "run.trace" if tmp is not None else trace
+        try:
+            result = run_scenario(scenario, seed, drawn, progress=progress)
+        except OSError as exc:
+            raise ScenarioError(f"{drawn}: cannot write the trace: {exc.strerror}") from None
+        if args.plot and drawn is not None:
+            from lab.plot import plot_traces
+
+            print(f"picture {plot_traces([drawn], args.plot)}", file=sys.stderr)
     report: dict[str, Any] = result.report
     if args.json:
         print(json.dumps({**report, "wall_s": round(result.wall_s, 3)}, indent=2))
@@ -99,6 +189,227 @@ def simulate(args: argparse.Namespace) -> int:
         print(f"wall {result.wall_s:.2f} s  ({report['events'] / max(result.wall_s, 1e-9):,.0f}"
               f" simpy events/s){where}", file=sys.stderr)
     return 0 if report["slo"]["ok"] else 1
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    return args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+
+
+def _interrupted(store: Any, runs: int) -> int:
+    """Ctrl-C during a sweep or search: say what was kept and how to go on."""
+    if store.prefix is not None:
+        print(f"lab: interrupted after {runs} new runs; {len(store.runs)} runs are in "
+              f"{store.json_path} and {store.csv_path}: rerun the same command to resume",
+              file=sys.stderr)
+    else:
+        print(f"lab: interrupted after {runs} runs (give --out PREFIX to keep runs and "
+              "resume)", file=sys.stderr)
+    return 130
+
+
+def _space(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str], Any]:
+    """Plan, a report of the scenario's shape, the --metric paths checked against it, and
+    the run store (resuming from --out); all checked before any executor starts."""
+    from lab.metrics_expr import check_metric
+    from lab.sweep import Plan, RunStore, default_metrics, report_skeleton
+
+    plan = Plan.from_file(args.file, args.overrides, args.vary, args.seeds, args.seed)
+    skeleton = report_skeleton(plan.scenario)
+    metrics = [check_metric(skeleton, m) for m in args.metric]
+    store = RunStore(plan, metrics or default_metrics(skeleton), args.out)
+    return plan, skeleton, metrics, store
+
+
+def _evaluator(args: argparse.Namespace, plan: Any, store: Any) -> Any:
+    """Started last: a Dask executor brings up a cluster at once."""
+    from lab.executors import make_executor
+    from lab.sweep import Evaluator
+
+    jobs = min(args.jobs, max(1, plan.size() * len(plan.seeds)))
+    executor = make_executor(args.executor, jobs, args.scheduler)
+    return Evaluator(plan, store, executor, progress=_progress(args))
+
+
+def sweep_cmd(args: argparse.Namespace) -> int:
+    from lab.sweep import render_table, run_sweep
+
+    if args.plot:
+        from lab.plot import require_matplotlib
+
+        require_matplotlib()
+    plan, _, _, store = _space(args)
+    metrics = store.metrics
+    evaluator = _evaluator(args, plan, store)
+    try:
+        rows = run_sweep(plan, evaluator, metrics)
+    except KeyboardInterrupt:
+        return _interrupted(store, evaluator.ran)
+    finally:
+        evaluator.executor.close()
+    sys.stdout.write(render_table(plan, rows, metrics))
+    if args.out:
+        print(f"runs in {store.json_path} and {store.csv_path}", file=sys.stderr)
+    if args.plot:
+        from lab.plot import plot_sweep
+
+        n = len(plan.seeds)
+        title = f"{plan.scenario.name}: mean over {n} seed{'s' if n > 1 else ''} per point"
+        print(f"picture {plot_sweep(plan.keys, rows, metrics, args.plot, title)}",
+              file=sys.stderr)
+    return 0
+
+
+def size_cmd(args: argparse.Namespace) -> int:
+    from lab import size
+    from lab.metrics_expr import check_metric, parse_constraint
+
+    if args.budget < 1:
+        raise ScenarioError(f"--budget {args.budget!r}: expected at least 1 run")
+    constraints = [parse_constraint(text) for text in args.slo]
+    plan, skeleton, extra, store = _space(args)
+    for c in constraints:
+        check_metric(skeleton, c.path, "--slo")
+    goal = size.objective(args.maximize, args.minimize)
+    check_metric(skeleton, goal.path, "--maximize" if args.maximize else "--minimize")
+    constraints.append(size.FINISHED)
+    if not args.no_file_slo and plan.scenario.slo.model_dump(exclude_none=True):
+        constraints.append(size.FILE_SLO)
+    evaluator = _evaluator(args, plan, store)
+    try:
+        result = size.Search(plan, evaluator, constraints, goal, args.budget).run()
+    except KeyboardInterrupt:
+        return _interrupted(store, evaluator.ran)
+    finally:
+        evaluator.executor.close()
+    if args.json:
+        print(json.dumps(size.as_json(result, extra), indent=2))
+    else:
+        sys.stdout.write(size.render(result, extra))
+    return 0 if result.best.feasible else 1
+
+
+def plot_cmd(args: argparse.Namespace) -> int:
+    from lab.plot import plot_traces, require_matplotlib
+
+    require_matplotlib()
+    paths = [args.trace, *([args.vs] if args.vs else [])]
+    print(f"picture {plot_traces(paths, args.output)}", file=sys.stderr)
+    return 0
+
+
+def _loadtest_parsers(sub: Any) -> None:
+    """`lab loadtest` and `lab compare`: the scenario run for real, and held to its simulation."""
+    for name, text in (("loadtest", "run a scenario for real: HTTP servers, real pools, "
+                                    "the threaded runtime"),
+                       ("compare", "run a scenario simulated and for real, metric by metric")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("file", help="scenario YAML file")
+        p.add_argument("--time-scale", type=float, default=1.0, metavar="F",
+                       help="multiply every duration, rate interval and window by F "
+                            "(0.1: ten times faster); reports convert back [1]")
+        p.add_argument("--store", metavar="URL", default=None,
+                       help="task store and DB pools: sqlite:///PATH or postgresql://... "
+                            "(default: tasks in memory, pools on a temporary SQLite file)")
+        p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+        p.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY.PATH=VALUE", help="override a value (repeatable)")
+        p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+        p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                       help="progress bar on stderr (auto: when stderr is a terminal)")
+        if name == "loadtest":
+            out = p.add_mutually_exclusive_group()
+            out.add_argument("--trace", metavar="PATH",
+                             help="where to write the trace (default: traces/NAME-loadtest.trace)")
+            out.add_argument("--no-trace", action="store_true", help="do not write a trace")
+        else:
+            p.add_argument("--tolerance", type=float, default=0.25, metavar="X",
+                           help="flag relative differences beyond X (0.25 = 25%%) [0.25]")
+
+
+def _loadtest_setup(args: argparse.Namespace) -> Any:
+    """The scenario of a load test, its checked options, and SIGTERM handled like Ctrl-C,
+    so a stopped load test still stops its servers and threads."""
+    import signal
+    import threading
+
+    if not (args.time_scale > 0 and args.time_scale < float("inf")):
+        raise ScenarioError(f"--time-scale {args.time_scale!r}: expected a number > 0")
+    if getattr(args, "tolerance", 0.0) < 0:
+        raise ScenarioError(f"--tolerance {args.tolerance!r}: expected a number >= 0")
+    if args.store is not None and not args.store.startswith(("sqlite:", "postgres", "memory:")):
+        raise ScenarioError(f"--store {args.store!r}: expected sqlite:///PATH, "
+                            "postgresql://... or memory://")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    return load_scenario(args.file, args.overrides)
+
+
+def _run_loadtest(args: argparse.Namespace, scenario: Any, trace: Path | None) -> Any:
+    from lab.loadtest.pools import PoolError
+    from lab.loadtest.runner import run_loadtest
+    from lab.loadtest.servers import ServerError
+    from taskfuse.core.states import TaskfuseError
+
+    try:
+        return run_loadtest(scenario, time_scale=args.time_scale, store_url=args.store,
+                            trace=trace, seed=args.seed, progress=_progress(args),
+                            announce=lambda line: print(f"lab: {line}", file=sys.stderr))
+    except (ServerError, TaskfuseError, PoolError) as exc:
+        raise ScenarioError(str(exc)) from None
+    except OSError as exc:
+        raise ScenarioError(f"load test: {exc.strerror or exc}") from None
+
+
+def loadtest_cmd(args: argparse.Namespace) -> int:
+    scenario = _loadtest_setup(args)
+    trace = None
+    if not args.no_trace:
+        default = Path("traces") / f"{scenario.name}-loadtest.trace"
+        trace = Path(args.trace) if args.trace else default
+    result = _run_loadtest(args, scenario, trace)
+    report: dict[str, Any] = result.report
+    if args.json:
+        print(json.dumps({**report, "wall_s": round(result.wall_s, 3)}, indent=2))
+    else:
+        from lab.report import render_text
+
+        extra = report["loadtest"]
+        text = render_text(report)  # a real run has no simpy events: drop that line
+        sys.stdout.write("".join(line for line in text.splitlines(keepends=True)
+                                 if not line.startswith("simpy events")))
+        print(f"\nload test       time scale {extra['time_scale']:g} (times above in scenario "
+              f"seconds)  workers {extra['workers']}  store {extra['store']}  pools "
+              f"{extra['pools'] or '-'}  business dropped {extra['business_dropped']}")
+        for note in extra["unsupported"]:
+            print(f"  not reproduced: {note}")
+        for note in extra["warnings"]:
+            print(f"  warning: {note}")
+        where = f"  trace {trace}" if trace else ""
+        print(f"wall {result.wall_s:.2f} s{where}", file=sys.stderr)
+    return 0 if report["slo"]["ok"] else 1
+
+
+def compare_cmd(args: argparse.Namespace) -> int:
+    from lab.loadtest.compare import compare_reports, render_comparison, rows_as_json
+    from lab.run import run_scenario
+
+    scenario = _loadtest_setup(args)
+    simulated = run_scenario(scenario, args.seed)
+    real = _run_loadtest(args, scenario, None)
+    rows = compare_reports(simulated.report, real.report, args.tolerance, args.time_scale)
+    if args.json:
+        print(json.dumps({"scenario": scenario.name, "time_scale": args.time_scale,
+                          "tolerance": args.tolerance, "metrics": rows_as_json(rows),
+                          "simulated": simulated.report, "real": real.report}, indent=2))
+    else:
+        sys.stdout.write(render_comparison(rows, scenario.name, args.tolerance,
+                                           args.time_scale, (simulated.wall_s, real.wall_s)))
+        extra = real.report["loadtest"]
+        for note in extra["unsupported"]:
+            print(f"not reproduced: {note}")
+        for note in extra["warnings"]:
+            print(f"warning: {note}")
+    return 1 if any(r.flagged for r in rows) else 0
 
 
 def watch(args: argparse.Namespace) -> int:

@@ -333,9 +333,14 @@ class Runner:
             self._work_cond.notify(n)
 
     def _changed(self) -> None:
-        """Something moved that may make a task claimable or a join finish."""
+        """Something moved that may make a task claimable or a join finish.
+
+        One idle worker is woken, not all: if it finds work it passes the baton to the next
+        (see `_work`), so a completion never stampedes a thousand idle threads into claims
+        that find nothing.
+        """
         if self._idle:
-            self._work_cond.notify_all()
+            self._work_cond.notify(1)
         # Counting is a dict copy in memory but a query on a database: joins on a durable
         # store re-check on a bounded wait instead of after every completion.
         if self._joins and self._local and any(self._settled(b) for b in set(self._joins)):
@@ -399,6 +404,8 @@ class Runner:
                 if isinstance(answer, Work):
                     ctx = self._enter(answer.tasks[0])
                     pause = 0.0
+                    if self._idle:  # pass the baton: more may be claimable
+                        self._work_cond.notify(1)
                 else:
                     pause = self._idle_wait(answer, pause)
             if lost is not None:

@@ -1,0 +1,614 @@
+"""Run a scenario for real, end to end: `run_loadtest` is what `lab loadtest` calls.
+
+The order of a run, and why:
+
+1. scale the scenario by F (scale.py): every real wait uses the scaled file;
+2. start the emulated downstreams (a child process), open the real pools and the store,
+   build the runtime (an App whose scheduler carries the scenario's guards, retry policy
+   and budget), the business load and the trace — each registered on one ExitStack, so
+   Ctrl-C, an error or the normal end stops all of them, in reverse order;
+3. start: time zero goes to the servers (their outage windows count from it), then the
+   workers, the arrival threads (one per batch), the business load, the sampler;
+4. wait until every batch has arrived and no task is PENDING or RUNNING (or the horizon);
+5. freeze the numbers, stop everything, and build the report with `lab.report` over a
+   Simulation-shaped view (view.py), all in scenario seconds.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
+
+from lab.loadtest.business import BusinessLoad
+from lab.loadtest.client import DownstreamClient, Programs
+from lab.loadtest.clock import Clock
+from lab.loadtest.pools import RealPool, libpq_url, open_pools
+from lab.loadtest.scale import scale_scenario
+from lab.loadtest.servers import ProviderServers
+from lab.loadtest.view import make_view
+from lab.report import build_report
+from lab.scenario import BatchSpec, CallStep, Scenario, ScenarioError
+from lab.scenario import Downstream as DownstreamSpec
+from lab.timeline import TimelineRecorder, header, series_names
+from taskfuse.core.adaptive import make_adaptive
+from taskfuse.core.breaker import CircuitBreaker
+from taskfuse.core.bulkhead import Bulkhead
+from taskfuse.core.events import Event, EventKind
+from taskfuse.core.guard import Guard
+from taskfuse.core.metrics import AlertEvaluator, AlertRule, MetricsAggregator
+from taskfuse.core.ratelimit import TokenBucket
+from taskfuse.core.scheduler import Scheduler, SchedulerConfig
+from taskfuse.core.states import TERMINAL, TaskStatus
+from taskfuse.core.storeapi import Store
+from taskfuse.core.task import TaskSpec
+from taskfuse.runtime import App, Runner
+from taskfuse.runtime.app import new_task_id
+from taskfuse.store import open_store, redact_url
+from taskfuse.store.memory import MemoryStore
+from taskfuse.trace import TraceWriter
+
+#: `workers: unbounded` (open loop) becomes this many worker threads at most.
+UNBOUNDED_WORKERS = 1000
+#: The timeline is sampled at most this often in real seconds (a sample reads the store).
+MIN_REAL_SAMPLE_S = 0.05
+#: Beyond these, measured on a 2-core machine, the Python client and server add tens of ms
+#: per call and smear bursts: the report then warns that latencies and retry timing are
+#: the harness's, not the scenario's.
+MAX_FAITHFUL_IN_FLIGHT = 50
+MAX_FAITHFUL_REAL_RPS = 500
+_TERMINAL = frozenset(s.value for s in TERMINAL)
+_SCALED_VALUES = (EventKind.CALL, EventKind.WAIT)
+
+
+@dataclass
+class LoadTestResult:
+    report: dict[str, Any]
+    wall_s: float
+    trace: Path | None
+
+
+def run_loadtest(scenario: Scenario, *, time_scale: float = 1.0, store_url: str | None = None,
+                 trace: Path | None = None, seed: int | None = None,
+                 progress: bool = False, announce: Callable[[str], None] | None = None,
+                 ) -> LoadTestResult:
+    """Run `scenario` for real (see module doc) and return its report in scenario seconds.
+
+    `announce` is told one line per started part (the servers' ports, the pools), so an
+    operator, or a test, can see what is running where.
+    """
+    return LoadTest(scenario, time_scale=time_scale, store_url=store_url, trace=trace,
+                    seed=seed, progress=progress, announce=announce).run()
+
+
+# -- the runtime's side: an App whose scheduler carries the scenario's fuses ---------------
+
+
+def build_guard(name: str, spec: DownstreamSpec, now: float) -> Guard:
+    """The client fuses of one downstream, built exactly as the simulator builds them."""
+    client = spec.client
+    breaker = CircuitBreaker(client.breaker.build(), name) if client.breaker else None
+    bulkhead: Bulkhead[Any] | None = Bulkhead(client.bulkhead, name) if client.bulkhead else None
+    adaptive = None
+    if client.adaptive is not None:
+        a = client.adaptive
+        kwargs = {"latency_threshold_s": a.latency_threshold_s} if a.kind == "aimd" else {}
+        adaptive = make_adaptive(a.kind, a.initial or client.bulkhead, a.min, a.max, **kwargs)
+    bucket = (TokenBucket(client.rate_limit.rate, client.rate_limit.burst, start=now)
+              if client.rate_limit else None)
+    return Guard(name, bulkhead=bulkhead, bucket=bucket, breaker=breaker, adaptive=adaptive)
+
+
+class ScenarioApp(App):
+    """An App configured from a (scaled) scenario: its retry policy, timeout, budget and
+    every downstream's guard, including what `App.downstream` has no words for (adaptive
+    limits, a task retry budget)."""
+
+    def __init__(self, scenario: Scenario, seed: int) -> None:
+        super().__init__(scenario.name, policy=scenario.retry.build(),
+                         default_timeout=scenario.task_timeout_s,
+                         lease_s=scenario.sweeper.lease_s,
+                         max_pending_age_s=scenario.sweeper.max_pending_age_s)
+        self.scenario = scenario
+        self.seed = seed
+
+    def scheduler(self, store: Store, *, sinks: Any = (), now: float = 0.0,
+                  rng: random.Random | None = None,
+                  config: SchedulerConfig | None = None) -> Scheduler:
+        budget = self.scenario.retry.budget
+        sched = Scheduler(store, policy=self.policy, policies=self.policies,
+                          config=config or self.config,
+                          rng=rng or random.Random(f"{self.seed}:scheduler"), sinks=sinks,
+                          budget=budget.build() if budget is not None else None,
+                          ids=new_task_id)
+        for name, spec in self.scenario.downstreams.items():
+            sched.add_guard(build_guard(name, spec, now))
+        return sched
+
+
+# -- events: the runtime's wall clock in, scenario seconds out -----------------------------
+
+
+class EventSink:
+    """Rescales runtime events to scenario seconds and feeds the metrics and the trace."""
+
+    def __init__(self, clock: Clock, metrics: MetricsAggregator) -> None:
+        self.clock = clock
+        self.metrics = metrics
+        self.writer: TraceWriter | None = None
+        self.lock = threading.Lock()
+        self.last_end: float | None = None
+        self.frozen = False
+
+    def __call__(self, event: Event) -> None:
+        """From the runtime (its lock held): wall-clock time, real-second values."""
+        clock = self.clock
+        value = event.value
+        if event.kind in _SCALED_VALUES and value is not None:
+            value = clock.scenario(value)
+        scaled = event._replace(t=clock.from_wall(event.t), value=value)
+        if not self.frozen:
+            self.metrics(scaled)
+            if event.kind == EventKind.MOVE and event.dst in _TERMINAL:
+                self.last_end = scaled.t
+        self.scenario_event(scaled)
+
+    def scenario_event(self, event: Event) -> None:
+        """An event already in scenario seconds (alerts, the gateway's breaker)."""
+        with self.lock:
+            writer = self.writer
+            if writer is not None and not writer.closed:
+                trace_id = event.trace_id if event.kind == EventKind.SUBMIT else None
+                writer.event((round(event.t, 6), *event[1:4], trace_id, *event[5:]))
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+class LoadTest:
+    """One real run of a scenario; `run()` builds, runs, stops and reports (module doc)."""
+
+    def __init__(self, scenario: Scenario, *, time_scale: float, store_url: str | None,
+                 trace: Path | None, seed: int | None, progress: bool,
+                 announce: Callable[[str], None] | None) -> None:
+        self.sc = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.scaled = scale_scenario(scenario, time_scale)
+        self.clock = Clock(time_scale)
+        self.store_url = store_url
+        self.trace_path = trace
+        self.progress = progress
+        self.announce = announce or (lambda line: None)
+        self.stopping = threading.Event()
+        self.workers = _worker_count(self.scaled)
+        self.metrics = MetricsAggregator()
+        self.sink = EventSink(self.clock, self.metrics)
+        self.unsupported = _unsupported(scenario)
+        self.submitted = 0
+        self.duplicates = 0
+        self._submit_lock = threading.Lock()
+
+    def pause(self, seconds: float) -> bool:
+        """Wait `seconds` (real); True when the run is stopping (the caller should unwind)."""
+        return self.stopping.wait(seconds) if seconds > 0 else self.stopping.is_set()
+
+    # -- building --------------------------------------------------------------------------
+
+    def run(self) -> LoadTestResult:
+        started = time.perf_counter()
+        with ExitStack() as stack:
+            stack.callback(self.stopping.set)
+            self._build(stack)
+            self._start(stack)
+            self._wait()
+            report = self._finish()
+        return LoadTestResult(report, time.perf_counter() - started, self.trace_path)
+
+    def _build(self, stack: ExitStack) -> None:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loadtest-")))
+        self.servers = stack.enter_context(ProviderServers(
+            {n: d.provider for n, d in self.scaled.downstreams.items()}, self.seed))
+        for name, port in self.servers.ports.items():
+            self.announce(f"server {name} on 127.0.0.1:{port} (pid {self.servers.pid})")
+        self.pools = open_pools(dict(self.scaled.pools), self.clock, self.store_url, workdir)
+        stack.callback(_close_all, self.pools)
+        self.store = stack.enter_context(_task_store(self.store_url))
+        self.clients = self._clients(stack)
+        self.programs = Programs(self.pools, self.clients, self.clock, self.seed, self.pause)
+        self.app = ScenarioApp(self.scaled, self.seed)
+        self.makers = [self._task_factory(batch) for batch in self.scaled.batches]
+        self.runner = Runner(self.app, self.store, workers=self.workers, worker_id="loadtest",
+                             sinks=[self.sink], watchdog_s=self.scaled.watchdog_interval_s)
+        self.business = self._business()
+        self.alerts = _alerts(self.sc, self.metrics, self.sink.scenario_event)
+        self.view = make_view(
+            self._sampled_scenario(), self.seed, self.clock, self.store,
+            self.runner.scheduler.guards, {n: c.stats for n, c in self.clients.items()},
+            self.pools, self.business.gateway if self.business else None, self.metrics,
+            self.alerts, self.workers)
+        self.recorder = self._open_trace(stack)
+
+    def _clients(self, stack: ExitStack) -> dict[str, DownstreamClient]:
+        limits = httpx.Limits(max_connections=self.workers + 8,
+                              max_keepalive_connections=self.workers + 8)
+        clients = {}
+        for name, spec in self.scaled.downstreams.items():
+            http = stack.enter_context(httpx.Client(limits=limits, trust_env=False))
+            clients[name] = DownstreamClient(name, spec, self.servers.url(name), self.clock,
+                                             http, self.seed, self.pause)
+        return clients
+
+    def _business(self) -> BusinessLoad | None:
+        spec, real = self.sc.business, self.scaled.business
+        if spec is None or real is None:
+            return None
+        return BusinessLoad(spec, real, self.pools[spec.pool], self.clock, self.seed,
+                            self.sink.scenario_event)
+
+    def _sampled_scenario(self) -> Scenario:
+        """The scenario as the timeline sees it: sampled no faster than the machine allows."""
+        interval = max(self.sc.sample_interval_s, MIN_REAL_SAMPLE_S / self.clock.scale)
+        return self.sc.model_copy(update={"sample_interval_s": interval})
+
+    def _open_trace(self, stack: ExitStack) -> TimelineRecorder | None:
+        if self.trace_path is None:
+            return None
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        head = header(self.view, series_names(self.view))  # type: ignore[arg-type]
+        head["source"] = "loadtest"
+        head["meta"]["time_scale"] = self.clock.scale
+        head["meta"]["store"] = self._store_name()
+        writer = TraceWriter(self.trace_path, head, flush_every=5_000)
+        stack.callback(writer.abort)  # no footer unless the run completed
+        self.sink.writer = writer
+        return TimelineRecorder(self.view, writer)  # type: ignore[arg-type]
+
+    def _store_name(self) -> str:
+        return redact_url(self.store_url) if self.store_url else "memory://"
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _start(self, stack: ExitStack) -> None:
+        self.clock.restart()
+        self.servers.begin(self.clock.t0_wall)
+        self.runner.start()
+        stack.callback(self._stop_runner)
+        for batch in self.scaled.batches:
+            self.runner.submit_batch([], batch.id, cap=batch.cap)
+        self.arrivals = [self._thread(self._arrivals, f"loadtest-arrivals-{i}", batch, make)
+                         for i, (batch, make) in enumerate(zip(self.scaled.batches, self.makers,
+                                                               strict=True))]
+        if self.business is not None:
+            self.business.start()
+            stack.callback(self.business.stop)
+        stack.callback(self._interrupt_pools)  # first of all, so no one waits for a connection
+        self.sampler = self._thread(self._sample_loop, "loadtest-sampler")
+        self.sweeper = self._thread(self._sweep_loop, "loadtest-sweeper")
+        stack.callback(self._join_helpers)
+
+    def _thread(self, target: Callable[..., None], name: str, *args: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, args=args, daemon=True)
+        thread.start()
+        return thread
+
+    def _wait(self) -> None:
+        """Until every batch arrived and every task ended, or the horizon (real time)."""
+        horizon = self.clock.real(self.sc.horizon_s)
+        for thread in self.arrivals:
+            thread.join(max(0.0, horizon - self.clock.elapsed()))
+        while not self.stopping.is_set():
+            left = horizon - self.clock.elapsed()
+            if left <= 0 or (self._arrived() and self.runner.join(timeout=min(left, 0.5))):
+                return
+
+    def _arrived(self) -> bool:
+        return not any(t.is_alive() for t in self.arrivals)
+
+    def _finish(self) -> dict[str, Any]:
+        """Freeze the numbers at this moment, stop everything, build the report."""
+        with self.runner.lock:
+            self.sink.frozen = True
+            counts = self.store.counts()
+            settled = self._arrived() and not (counts.get(TaskStatus.PENDING)
+                                               or counts.get(TaskStatus.RUNNING))
+            self.view.stopped_at = self.clock.now()
+            self.view.ended_at = (self.sink.last_end or 0.0) if settled else None
+            self._sample()
+            self._freeze()
+        self.stopping.set()
+        self._interrupt_pools()
+        if self.business is not None:
+            self.business.stop()
+        self._stop_runner()
+        if self.progress:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+        server_stats = self.servers.stats()
+        self._fill_stats(server_stats)
+        report = build_report(self.view)  # type: ignore[arg-type]
+        report["loadtest"] = self._extras(server_stats)
+        report["loadtest"]["warnings"] = _warnings(report, self.clock.scale)
+        if self.sink.writer is not None:
+            with self.sink.lock:
+                self.sink.writer.close(report)
+        return report
+
+    def _fill_stats(self, server_stats: dict[str, Any]) -> None:
+        stats, program = self.view.stats, self.programs.stats
+        stats.attempts = program.attempts
+        stats.first_waits = program.first_waits
+        stats.deferred = program.deferred
+        stats.lost_races = self.runner.stats.discarded
+        stats.submitted = self.submitted
+        stats.duplicates = self.duplicates
+        for name, ds in self.view.downstreams.items():
+            ds.provider.abandoned = int(server_stats.get(name, {}).get("abandoned", 0))
+
+    def _extras(self, server_stats: dict[str, Any]) -> dict[str, Any]:
+        """What only a real run has: the scale, the parts used, the servers' own counts."""
+        pools = "postgresql" if isinstance(self.store, _PG_STORES) else "sqlite"
+        return {
+            "time_scale": self.clock.scale,
+            "store": self._store_name(),
+            "pools": pools if self.pools else None,
+            "workers": self.workers,
+            "servers": server_stats,
+            "business_dropped": self.business.dropped if self.business else 0,
+            "unsupported": self.unsupported,
+        }
+
+    def _freeze(self) -> None:
+        """Count nothing after this moment (calls and requests still in flight included)."""
+        for client in self.clients.values():
+            with client.stats.lock:
+                client.stats.frozen = True
+        if self.business is not None:
+            with self.business.gateway.lock:
+                self.business.gateway.frozen = True
+
+    def _interrupt_pools(self) -> None:
+        for pool in self.pools.values():
+            pool.interrupt()
+
+    def _stop_runner(self) -> None:
+        self.stopping.set()
+        self.runner.shutdown(grace_s=2.0)
+
+    def _join_helpers(self) -> None:
+        self.stopping.set()
+        for thread in [*self.arrivals, self.sampler, self.sweeper]:
+            thread.join(timeout=5.0)
+
+    # -- arrivals --------------------------------------------------------------------------
+
+    def _task_factory(self, batch: BatchSpec) -> Callable[[int], list[TaskSpec]]:
+        """Task specs of one arrival, as the simulator makes them (ids, DAG, keys)."""
+        program = self.programs.compile(batch.program)
+        gated = _gated(batch.program, self.scaled)
+        children = [(c, self.programs.compile(c.program), _gated(c.program, self.scaled))
+                    for c in batch.children]
+        rng = random.Random(f"{self.seed}:children:{batch.id}")
+        keyed = batch.duplicates > 0
+        for kind in {batch.kind, *(c.kind for c in batch.children)}:
+            if kind not in self.app.tasks:
+                self.app.task(kind)(self.programs.run)
+
+        def make(i: int) -> list[TaskSpec]:
+            tid = f"{batch.id}-{i}"
+            out = [TaskSpec(batch.kind, program, tid, batch.id, None, tid if keyed else None,
+                            (), batch.priority, batch.max_retry, batch.timeout_s, None, gated)]
+            for child, cprog, cgated in children:
+                n = int(child.count.sampler(rng)() + 0.5)
+                out += [TaskSpec(child.kind, cprog, f"{tid}.{child.kind}{j}", batch.id, None,
+                                 None, (tid,), batch.priority, batch.max_retry, batch.timeout_s,
+                                 None, cgated) for j in range(n)]
+            return out
+
+        return make
+
+    def _arrivals(self, batch: BatchSpec, make: Callable[[int], list[TaskSpec]]) -> None:
+        """One batch's arrivals in real time: all at once (closed) or a Poisson stream."""
+        arrival = batch.arrival
+        if self.pause(arrival.start_s - self.clock.elapsed()):
+            return
+        if arrival.kind == "closed":
+            self._submit([s for i in range(batch.count) for s in make(i)], batch)
+            return
+        expo = random.Random(f"{self.seed}:arrivals:{batch.id}").expovariate
+        steps = sorted((s.at_s, s.rate) for s in arrival.steps)
+        at, i = self.clock.elapsed(), 0
+        while i < batch.count and at < self.scaled.horizon_s:
+            rate = next((r for t, r in reversed(steps) if t <= at), arrival.rate or 0.0)
+            change = next((t for t, _ in steps if t > at), None)
+            gap = expo(rate) if rate > 0 else float("inf")
+            if change is not None and at + gap >= change:
+                at = change
+                continue
+            if gap == float("inf") or self.pause(at + gap - self.clock.elapsed()):
+                return
+            at += gap
+            self._submit(make(i), batch)
+            i += 1
+
+    def _submit(self, specs: list[TaskSpec], batch: BatchSpec) -> None:
+        if not specs:
+            return
+        self.runner.submit_many(specs, batch_id=batch.id)
+        again: list[TaskSpec] = []
+        if batch.duplicates:
+            dup = random.Random(f"{self.seed}:duplicates:{batch.id}:{specs[0].task_id}").random
+            again = [_duplicate(s) for s in specs if s.idempotency_key and
+                     dup() < batch.duplicates]
+            if again:
+                self.runner.submit_many(again, batch_id=batch.id)
+        with self._submit_lock:
+            self.submitted += len(specs)
+            self.duplicates += len(again)
+
+    # -- periodic helpers ------------------------------------------------------------------
+
+    def _sample_loop(self) -> None:
+        interval = self.clock.real(self.view.sc.sample_interval_s)
+        while not self.stopping.is_set():
+            with self.runner.lock:
+                if self.sink.frozen:
+                    return
+                self._sample()
+            self.stopping.wait(interval)
+
+    def _sample(self) -> None:
+        """Alerts and one timeline row at scenario-time now (runner lock held)."""
+        now = self.clock.now()
+        gateway = self.business.gateway.lock if self.business else nullcontext()
+        with gateway:
+            self.alerts.evaluate(now)
+            if self.recorder is not None:
+                row = self.recorder.row(self.view, now)  # type: ignore[arg-type]
+                with self.sink.lock:
+                    self.recorder.writer.sample(round(now, 6), row)
+                    self.recorder.writer.flush()
+        if self.progress:
+            _progress(now, self.sc.horizon_s)
+
+    def _sweep_loop(self) -> None:
+        """The orphan sweeper, on the scenario's interval (the simulator runs it too)."""
+        interval = self.scaled.sweeper.interval_s
+        while not self.stopping.wait(interval):
+            with self.runner.lock:
+                if self.runner.scheduler.sweep(time.time()):
+                    self.runner.work_changed()
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+_PG_STORES: tuple[type, ...] = ()
+try:  # the PostgreSQL store is optional at import time
+    from taskfuse.store.postgres import PostgresStore
+
+    _PG_STORES = (PostgresStore,)
+except ImportError:  # pragma: no cover
+    pass
+
+
+def _worker_count(scenario: Scenario) -> int:
+    if scenario.workers != "unbounded":
+        return int(scenario.workers)
+    total = sum(b.count * (1 + len(b.children)) for b in scenario.batches)
+    return max(1, min(total, UNBOUNDED_WORKERS))
+
+
+def _unsupported(scenario: Scenario) -> list[str]:
+    """What a real run does not reproduce (stated in the report, never silently)."""
+    notes = []
+    if scenario.faults:
+        notes.append("faults: worker crashes are not injected (threads are never killed)")
+    if scenario.claim_batch > 1:
+        notes.append("claim_batch: the threaded runtime claims one task at a time")
+    if scenario.workers == "unbounded":
+        notes.append(f"workers: unbounded runs as at most {UNBOUNDED_WORKERS} worker threads")
+    return notes
+
+
+def _warnings(report: dict[str, Any], scale: float) -> list[str]:
+    """Where this run is beyond what the harness reproduces faithfully (see the limits)."""
+    notes = []
+    for name, d in report["downstreams"].items():
+        if d["max_in_flight"] > MAX_FAITHFUL_IN_FLIGHT:
+            notes.append(f"{name}: {d['max_in_flight']} calls in flight at once (over "
+                         f"{MAX_FAITHFUL_IN_FLIGHT}): client and server overhead shows in "
+                         "latencies and retry timing")
+        real_rps = d["peak_rps"] / scale
+        if real_rps > MAX_FAITHFUL_REAL_RPS:
+            notes.append(f"{name}: peaks at {real_rps:,.0f} requests per real second (over "
+                         f"{MAX_FAITHFUL_REAL_RPS}): use a larger --time-scale")
+    return notes
+
+
+def _gated(program: list[Any], scenario: Scenario) -> tuple[str, ...]:
+    """The downstreams with a breaker that a program calls (its tasks wait while open)."""
+    names: list[str] = []
+    for step in program:
+        if isinstance(step, CallStep):
+            name = step.call.downstream
+            if scenario.downstreams[name].client.breaker is not None and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def _duplicate(spec: TaskSpec) -> TaskSpec:
+    fields = {name: getattr(spec, name) for name in TaskSpec.__slots__}
+    return TaskSpec(**{**fields, "task_id": f"{spec.task_id}~dup"})
+
+
+def _alerts(sc: Scenario, metrics: MetricsAggregator, emit: Callable[[Event], None]
+            ) -> AlertEvaluator:
+    """The simulator's alert rules, on scenario seconds."""
+    a = sc.alerts
+    limit = a.running_limit or (sc.workers if isinstance(sc.workers, int) else 1e9)
+    rules = [
+        AlertRule("running_above_limit", "running", ">", limit, for_s=a.running_for_s),
+        AlertRule("queue_depth_high", "queue_depth", ">", a.queue_depth, for_s=a.queue_for_s),
+        AlertRule("success_rate_low", "success_rate", "<", a.success_rate, min_samples=20),
+        AlertRule("p99_above_history", "p99_ratio", ">", a.p99_ratio),
+    ]
+    return AlertEvaluator(rules, metrics, emit, p99_baseline_s=a.p99_baseline_s)
+
+
+def _close_all(pools: dict[str, RealPool]) -> None:
+    for pool in pools.values():
+        pool.close()
+
+
+@contextmanager
+def _task_store(url: str | None) -> Iterator[Store]:
+    """The task store: in memory by default; a PostgreSQL run gets a schema of its own,
+    dropped at the end; a SQLite file must not hold tasks already (ids would collide)."""
+    if url is None or urlsplit(url).scheme == "memory":
+        yield MemoryStore()
+        return
+    schema = None
+    if urlsplit(url).scheme in ("postgresql", "postgres"):
+        schema = f"loadtest_{uuid.uuid4().hex[:12]}"
+        url = _with_param(url, "schema", schema)
+    store = open_store(url)
+    try:
+        if any(store.counts().values()):
+            raise ScenarioError(f"--store {redact_url(url)}: the store already holds tasks; "
+                                "give a new file")
+        yield store
+    finally:
+        closer = getattr(store, "close", None)
+        if callable(closer):
+            closer()
+        if schema is not None:
+            _drop_schema(url, schema)
+
+
+def _with_param(url: str, key: str, value: str) -> str:
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != key] + [(key, value)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _progress(now: float, horizon: float) -> None:
+    pct = int(100 * min(1.0, now / horizon))
+    sys.stderr.write(f"\r[{'#' * (pct // 4):<25}] {pct:3d}%  t={now:,.0f}s of {horizon:,.0f}s")
+    sys.stderr.flush()
