@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                      help="progress bar on stderr (auto: when stderr is a terminal)")
     sim.add_argument("--plot", metavar="FILE.png", help="draw the run at the end (see lab plot)")
+    sim.add_argument("--watch", action="store_true",
+                     help="run paced in front of you in the terminal monitor")
+    sim.add_argument("--speed", type=float, default=10.0, metavar="F",
+                     help="with --watch: simulated seconds per wall second [10]")
 
     _sweep_parser(sub)
     _size_parser(sub)
@@ -164,6 +168,8 @@ def simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.file, args.overrides)
     seed = scenario.seed if args.seed is None else args.seed
     trace = _trace_path(args, scenario.name, seed)
+    if args.watch:
+        return simulate_watched(scenario, seed, trace, args.speed)
     progress = _progress(args)
     # --plot with --no-trace: the picture needs a trace, so it goes to a scratch file
     scratch: Any = (tempfile.TemporaryDirectory(prefix="lab-plot-") if args.plot and not trace
@@ -189,6 +195,52 @@ def simulate(args: argparse.Namespace) -> int:
         print(f"wall {result.wall_s:.2f} s  ({report['events'] / max(result.wall_s, 1e-9):,.0f}"
               f" simpy events/s){where}", file=sys.stderr)
     return 0 if report["slo"]["ok"] else 1
+
+
+def simulate_watched(scenario: Any, seed: int, trace: Path | None, speed: float) -> int:
+    """Run the simulation paced in a thread while the monitor follows its trace; quitting
+    the monitor stops the run. Prints the report when the run got to its end."""
+    import threading
+
+    from lab.report import render_text
+    from lab.run import Pacer, Stopped, run_scenario
+    from tui.app import run_watch
+
+    if speed <= 0:
+        raise ScenarioError(f"--speed must be > 0, got {speed!r}")
+    scratch = tempfile.TemporaryDirectory(prefix="lab-watch-") if trace is None else None
+    path = trace if trace is not None else Path(scratch.name) / "run.trace"  # type: ignore[union-attr]
+    started = threading.Event()
+    pacers: list[Pacer] = []
+    outcome: dict[str, Any] = {}
+
+    def on_start(pacer: Pacer) -> None:
+        pacers.append(pacer)
+        started.set()
+
+    def run() -> None:
+        try:
+            outcome["result"] = run_scenario(scenario, seed, path, pace=speed, on_start=on_start)
+        except Stopped:
+            outcome["stopped"] = True
+        finally:
+            started.set()
+
+    worker = threading.Thread(target=run, name="lab-simulation", daemon=True)
+    worker.start()
+    started.wait()
+    code = run_watch(str(path), follow=True)
+    for pacer in pacers:
+        pacer.stop.set()
+    worker.join()
+    if scratch is not None:
+        scratch.cleanup()
+    if "result" not in outcome:
+        print("lab: the run was stopped before its end", file=sys.stderr)
+        return code or 130
+    report = outcome["result"].report
+    sys.stdout.write(render_text(report))
+    return code or (0 if report["slo"]["ok"] else 1)
 
 
 def _progress(args: argparse.Namespace) -> bool:

@@ -212,3 +212,38 @@ def test_truncated_and_foreign_traces(tmp_path) -> None:
         read_trace(junk)
     with pytest.raises(TraceError, match="no such trace file"):
         read_trace(tmp_path / "nope.trace")
+
+
+def test_watch_runs_paced_while_a_follower_reads_the_growing_trace(monkeypatch, capsys,
+                                                                    tmp_path) -> None:
+    """`lab simulate --watch`: the run is paced and its trace is readable while written.
+
+    The monitor is swapped for a plain follower so the test needs no terminal; the monitor
+    itself is tested in tests/tui.
+    """
+    import time
+
+    import tui.app
+    from taskfuse.trace import TraceReader
+
+    seen: list[tuple[bool, int]] = []
+
+    def follower(path: str, follow: bool = False, **_: object) -> int:
+        assert follow
+        reader = TraceReader(path)
+        deadline = time.monotonic() + 30
+        while not reader.complete and time.monotonic() < deadline:
+            reader.poll()
+            seen.append((reader.complete, len(reader.snapshot().times)))
+            time.sleep(0.05)
+        reader.close()
+        return 0
+
+    monkeypatch.setattr(tui.app, "run_watch", follower)
+    trace = tmp_path / "w.trace"
+    code = main(["simulate", str(SCENARIOS / "seed-demo.yaml"), "--watch", "--speed", "20",
+                 "--trace", str(trace)])
+    assert code == 0 and "all kept" in capsys.readouterr().out
+    assert seen[-1][0] is True  # the follower saw the end
+    partial = [n for done, n in seen if not done]
+    assert partial and max(partial) > 0  # ... and samples before the end: it was live
