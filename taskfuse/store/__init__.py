@@ -1,8 +1,15 @@
 """Stores: where tasks live. `open_store(url)` picks one from a URL.
 
 * ``memory://`` — in process memory (the lab's default, tests);
-* ``sqlite:///path/to/file.db`` — the embedded default for real runs;
-* ``postgresql://user@host:port/db`` — many processes on many machines.
+* ``sqlite:///relative/file.db`` or ``sqlite:////absolute/file.db`` — the embedded default
+  for real runs (options: ``?synchronous=NORMAL``, ``busy_timeout=SECONDS``);
+* ``postgresql://user@host:port/db`` — many processes on many machines (options:
+  ``?schema=NAME``, ``pool_min``, ``pool_max``, ``retry_for=SECONDS``; any other parameter
+  goes to libpq).
+
+The durable stores are safe to share between threads; open one per process (after a fork,
+not before). Both have ``close()`` and ``wait_for_work(timeout)`` (block until new work may
+be claimable), and ``swap_many`` (several compare-and-sets in one commit).
 """
 
 from __future__ import annotations

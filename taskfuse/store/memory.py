@@ -338,3 +338,6 @@ class MemoryStore:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    def close(self) -> None:
+        """Nothing to release; present so callers can close any store alike."""

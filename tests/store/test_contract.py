@@ -1,4 +1,4 @@
-"""The Store contract, run against every store (memory here; SQLite and PostgreSQL join it).
+"""The Store contract, run against every store: memory, SQLite and PostgreSQL.
 
 Each store must: dedupe on idempotency_key, refuse a stale compare-and-set without writing,
 claim in priority / readiness / submission order, hold back not_before, unmet dependencies,
@@ -11,18 +11,16 @@ import pytest
 
 from taskfuse.core.states import TaskEvent, TaskStatus
 from taskfuse.core.task import Batch, Task, move
-from taskfuse.store.memory import MemoryStore
+from taskfuse.store.memory import StoreError
+from tests.store.backends import memory_store, postgres_store, sqlite_store
 
-STORES = {"memory": MemoryStore}
+STORES = {"memory": memory_store, "sqlite": sqlite_store, "postgres": postgres_store}
 
 
 @pytest.fixture(params=sorted(STORES))
-def store(request):
-    made = STORES[request.param]()
-    yield made
-    close = getattr(made, "close", None)
-    if close:
-        close()
+def store(request, tmp_path):
+    with STORES[request.param](tmp_path) as made:
+        yield made
 
 
 def T(task_id: str, **kw) -> Task:
@@ -104,3 +102,59 @@ def test_find_by_trace_and_counts_by_batch(store) -> None:
     assert store.counts("b")[TaskStatus.PENDING] == 1
     assert [t.task_id for t in store.batch_tasks("b")] == ["a"]
     assert [t.task_id for t in store.pending_created_before(1.0)] in (["a", "c"], ["c", "a"])
+
+
+def test_requeued_task_queues_behind_peers_ready_at_the_same_time(store) -> None:
+    store.insert([T("a"), T("b"), T("c")])
+    [a] = store.claim("w", 1.0, 1)
+    assert store.swap(move(a, TaskEvent.RELEASE, 1.0), a.version)  # back to PENDING
+    assert [t.task_id for t in store.claim("w", 1.0, 3)] == ["b", "c", "a"]
+
+
+def test_batch_claim_fills_a_capped_batch_and_goes_on_to_others(store) -> None:
+    store.put_batch(Batch("capped", cap=2))
+    store.insert([T(f"c{i}", batch_id="capped", priority=1) for i in range(4)]
+                 + [T("free1"), T("free2")])
+    got = [t.task_id for t in store.claim("w", 1.0, 10)]
+    assert got == ["c0", "c1", "free1", "free2"]
+    assert store.counts("capped")[TaskStatus.RUNNING] == 2
+    assert store.claim("w", 1.0, 10) == []
+
+
+def test_released_dependents_queue_in_submission_order(store) -> None:
+    store.insert([T("up"), T("d1", depends_on=("up",)), T("other"),
+                  T("d2", depends_on=("up", "up"))])
+    [up] = store.claim("w", 1.0, 1)
+    assert store.swap(move(up, TaskEvent.SUCCEED, 2.0), up.version)
+    assert [t.task_id for t in store.claim("w", 3.0, 5)] == ["other", "d1", "d2"]
+    assert [t.task_id for t in store.dependents("up")] == ["d1", "d2", "d2"]
+
+
+def test_heartbeat_renews_the_lease_without_a_new_version(store) -> None:
+    store.insert([T("a", timeout=10.0)])
+    [a] = store.claim("w", 0.0, 1)
+    assert store.heartbeat("a", "w", 4.0)
+    renewed = store.get("a")
+    assert renewed.version == a.version and renewed.heartbeat_at == 4.0
+    assert store.stale_running(8.0, 5.0) == []
+    assert [t.task_id for t in store.stale_running(9.5, 5.0)] == ["a"]
+    assert store.swap(move(renewed, TaskEvent.SUCCEED, 5.0), a.version)  # same version
+    assert not store.heartbeat("a", "w", 6.0)  # no longer RUNNING
+
+
+def test_payload_and_result_round_trip(store) -> None:
+    payload = {"sku": "A-1", "qty": 3, "tags": ["x", "y"], "price": 9.5, "ok": True, "n": None}
+    store.insert([T("a", payload=payload)])
+    [a] = store.claim("w", 1.0, 1)
+    assert a.payload == payload
+    assert store.swap(move(a, TaskEvent.SUCCEED, 2.0, result={"rows": [1, 2]}), a.version)
+    assert store.get("a").result == {"rows": [1, 2]}
+    assert store.get("a").payload == payload
+
+
+def test_insert_is_all_or_nothing_on_a_clashing_task_id(store) -> None:
+    store.insert([T("a")])
+    with pytest.raises(StoreError, match="'a'"):
+        store.insert([T("new"), T("a")])
+    assert store.get("new") is None
+    assert sum(store.counts().values()) == 1

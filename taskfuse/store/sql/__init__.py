@@ -89,9 +89,8 @@ def migrations(dialect: str) -> tuple[Migration, ...]:
     for entry in resources.files(__package__).iterdir():
         match = _MIGRATION.match(entry.name)
         if match and match.group("dialect") == dialect:
-            found.append(
-                Migration(int(match.group("version")), match.group("name"), entry.read_text("utf-8"))
-            )
+            version, name = int(match.group("version")), match.group("name")
+            found.append(Migration(version, name, entry.read_text("utf-8")))
     found.sort(key=lambda m: m.version)
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise StoreSQLError(f"{dialect} migrations are not numbered 1..n: {found!r}")

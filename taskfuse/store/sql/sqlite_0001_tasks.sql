@@ -5,7 +5,7 @@
 --   tasks_ready     claim: PENDING rows whose dependencies are all SUCCESS, in claim order
 --   tasks_delayed   next_ready_at: PENDING rows held back by not_before
 --   tasks_deadline  overdue / next_deadline / running / stale_running: RUNNING rows
---   tasks_age       the sweeper's max-age rule: PENDING rows by created_at
+--   tasks_status    counts by status, and the sweeper's max-age rule (PENDING by created_at)
 -- Partial indexes only hold live rows, so a million finished tasks cost them nothing.
 
 CREATE TABLE tasks (
@@ -49,10 +49,9 @@ CREATE INDEX tasks_ready ON tasks (priority DESC, ready_at, ready_tick, seq)
 CREATE INDEX tasks_delayed ON tasks (not_before)
     WHERE status = 'PENDING' AND unmet = 0 AND not_before IS NOT NULL;
 CREATE INDEX tasks_deadline ON tasks (deadline, run_tick) WHERE status = 'RUNNING';
-CREATE INDEX tasks_age ON tasks (created_at, seq) WHERE status = 'PENDING';
 CREATE INDEX tasks_trace ON tasks (trace_id);
 CREATE INDEX tasks_batch ON tasks (batch_id, status) WHERE batch_id IS NOT NULL;
-CREATE INDEX tasks_status ON tasks (status);
+CREATE INDEX tasks_status ON tasks (status, created_at);
 
 -- One row per entry of a task's depends_on (pos keeps order and repeats).
 CREATE TABLE task_deps (

@@ -48,6 +48,11 @@ WHERE task_id = :task_id AND version = :expected
 -- has_children --
 SELECT 1 FROM task_deps WHERE depends_on = :parent LIMIT 1
 
+-- parents_among --
+-- Which of these tasks some task depends on (one query for a group of completions).
+SELECT DISTINCT depends_on FROM task_deps
+WHERE depends_on IN (SELECT value FROM json_each(:ids))
+
 -- release_children --
 -- A parent reached SUCCESS: its dependents have that many fewer unmet dependencies, and
 -- those that become claimable take a fresh ready tick (ties then break by submission).
@@ -64,7 +69,7 @@ WHERE task_id IN (SELECT task_id FROM task_deps WHERE depends_on = :parent)
 -- claim_candidates --
 -- Ready rows in claim order: PENDING, dependencies met, not_before passed, no blocked
 -- downstream, batch under its cap. Walks tasks_ready from its head.
-SELECT {task} FROM tasks AS t
+SELECT {task} FROM tasks AS t INDEXED BY tasks_ready
 WHERE t.status = 'PENDING' AND t.unmet = 0
   AND (t.not_before IS NULL OR t.not_before <= :now)
   AND (t.downstreams = '[]' OR :blocked = '[]' OR NOT EXISTS (
@@ -78,6 +83,18 @@ WHERE t.status = 'PENDING' AND t.unmet = 0
 ORDER BY t.priority DESC, t.ready_at, t.ready_tick, t.seq
 LIMIT :n
 
+-- claim_rows --
+-- Move the picked candidates to RUNNING in one statement: the records `move` built differ
+-- only in their versions; :rows is a JSON array of [task_id, expected, version], and each
+-- row is still checked against the version it was read at. Run ticks follow list order.
+UPDATE tasks SET
+    status = 'RUNNING', version = json_extract(r.value, '$[2]'), started_at = :now,
+    heartbeat_at = :now, finished_at = NULL, worker_id = :worker_id,
+    run_tick = :tick + r.key, claim_token = :token
+FROM json_each(:rows) AS r
+WHERE tasks.task_id = json_extract(r.value, '$[0]')
+  AND tasks.version = json_extract(r.value, '$[1]')
+
 -- batch_room --
 -- Free slots of the capped batches among :ids.
 SELECT b.batch_id,
@@ -88,7 +105,7 @@ WHERE b.batch_id IN (SELECT value FROM json_each(:ids)) AND b.cap IS NOT NULL
 
 -- heartbeat --
 UPDATE tasks SET heartbeat_at = :now
-WHERE task_id = :task_id AND status = 'RUNNING' AND worker_id = :worker_id
+WHERE task_id = :task_id AND status = 'RUNNING' AND worker_id IS :worker_id
 
 -- overdue --
 SELECT {task} FROM tasks

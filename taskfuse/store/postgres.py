@@ -1,0 +1,770 @@
+"""PostgresStore: many worker processes on many machines sharing one PostgreSQL database.
+
+Theory of operation
+-------------------
+* A claim is one short transaction: ``SELECT ... ORDER BY priority DESC, ready_at, tick
+  LIMIT n FOR UPDATE SKIP LOCKED`` over a partial index of claimable rows, then one
+  compare-and-set per row. Rows another claimer holds are skipped, never waited for, so
+  claimers do not queue behind each other. DAG readiness (a per-row count of unmet
+  dependencies kept on every SUCCESS) and per-batch caps are conditions of that query; a
+  capped batch's row is locked while its running tasks are counted, so the cap holds across
+  processes.
+* Every status change is `task.move` (the transition table) plus ``UPDATE ... WHERE task_id
+  = %s AND version = %s``: zero rows is a lost race and answers False.
+* What a claim costs: the rows it walks past in the index before it has `limit` ready ones,
+  never the table's size (finished rows are not in the partial index; rows waiting on a
+  dependency leave it until their last dependency succeeds). Rows it does walk past: those
+  of a higher priority still held back by not_before, by a blocked downstream, or by a
+  batch at its cap, and rows another claimer has locked.
+* The store creates and versions its own schema: numbered migrations recorded in
+  ``taskfuse_migrations``, applied under an advisory lock so many processes may start at once.
+  Each store lives in its own PostgreSQL schema (``?schema=name``, default ``taskfuse``).
+* Idle workers wait on `wait_for_work` instead of polling: inserts, moves back to PENDING,
+  released dependents and freed batch slots ``NOTIFY`` a channel that one listening
+  connection per process turns into wake-ups.
+* A broken connection (database restart, failover, a killed backend) is retried with
+  exponential backoff for up to ``retry_for`` seconds. A retry first asks whether the
+  attempt it repeats already committed (a claim finds its rows by a token, a swap compares
+  the stored record with the one it wrote, an insert finds its rows), so a restart neither
+  loses a task nor runs one twice. After that, `StoreUnavailable`.
+* Credentials never appear in logs or errors: the store names itself by `redact_url`.
+
+URL: ``postgresql://user@host:5432/db?schema=taskfuse&pool_max=10&retry_for=60``; every
+other query parameter goes to libpq unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
+from taskfuse.core.task import Batch, Task, move
+from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
+from taskfuse.store.sql import SELECT_TASK, dumps, load_queries, migrations
+
+log = logging.getLogger("taskfuse.store")
+
+T = TypeVar("T")
+Op = Callable[[psycopg.Connection[Any], bool], T]
+
+_PENDING = TaskStatus.PENDING
+_RUNNING = TaskStatus.RUNNING
+_SUCCESS = TaskStatus.SUCCESS
+_STATUS = {s.value: s for s in TaskStatus}
+_VALUE = {s: s.value for s in TaskStatus}  # enum .value is a slow descriptor on hot paths
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+_OWN_PARAMS = ("schema", "pool_min", "pool_max", "retry_for")
+
+
+def _queries() -> dict[str, str]:
+    task_t = ", ".join(f"t.{c}" for c in SELECT_TASK.split(", "))
+    return {
+        name: text.replace("{task_t}", task_t).replace("{task}", SELECT_TASK)
+        for name, text in load_queries("postgres").items()
+    }
+
+
+Q = _queries()
+
+
+def _row_to_task(row: Sequence[Any]) -> Task:
+    """A `tasks` row (columns in Task field order) as a Task record."""
+    (task_id, kind, payload, batch_id, trace_id, key, depends_on, priority, status, version,
+     retry_count, max_retry, timeout, not_before, created_at, started_at, finished_at,
+     worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay) = row
+    return Task(
+        task_id, kind, payload, batch_id, trace_id, key, tuple(depends_on), priority,
+        _STATUS[status], version, retry_count, max_retry, timeout, not_before, created_at,
+        started_at, finished_at, worker_id, result, error_kind, error_msg,
+        tuple(downstreams), heartbeat_at, last_delay,
+    )
+
+
+def _swap_params(new: Task, expected: int, claim_token: uuid.UUID | None = None) -> dict[str, Any]:
+    """Parameters of the compare-and-set; serializes the result first (PayloadError)."""
+    return {
+        "task_id": new.task_id,
+        "expected": expected,
+        "status": _VALUE[new.status],
+        "version": new.version,
+        "retry_count": new.retry_count,
+        "not_before": new.not_before,
+        "started_at": new.started_at,
+        "finished_at": new.finished_at,
+        "worker_id": new.worker_id,
+        "result": dumps(new.result, new.task_id, "result"),
+        "error_kind": new.error_kind,
+        "error_msg": new.error_msg,
+        "heartbeat_at": new.heartbeat_at,
+        "last_delay": new.last_delay,
+        "claim_token": claim_token,
+    }
+
+
+_SWAP_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
+                 "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
+                 "heartbeat_at", "last_delay")
+
+
+def _same_write(stored: Task, new: Task) -> bool:
+    """Whether `stored` is the record `new` a swap wrote (used after an unsure commit)."""
+    return (
+        stored.version == new.version
+        and stored.status is new.status
+        and stored.worker_id == new.worker_id
+        and stored.started_at == new.started_at
+        and stored.finished_at == new.finished_at
+        and stored.retry_count == new.retry_count
+        and stored.not_before == new.not_before
+        and stored.error_kind == new.error_kind
+    )
+
+
+class _Listener:
+    """One LISTENing connection per store, turning notifications into wake-ups for threads.
+
+    Each channel has a generation counter; `wait` returns when it moves past the value the
+    calling thread saw at its previous wait, so a notification that arrives while the thread
+    is busy claiming is not lost. After a broken connection every channel is bumped once,
+    since notifications sent meanwhile are gone.
+    """
+
+    def __init__(self, conninfo: str, describe: Callable[[BaseException], str]) -> None:
+        self._conninfo = conninfo
+        self._describe = describe
+        self._cond = threading.Condition()
+        self._gens: dict[str, int] = defaultdict(int)
+        self._wanted: set[str] = set()
+        self._subscribed: set[str] = set()
+        self._seen = threading.local()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def subscribe(self, channel: str, timeout: float = 5.0) -> None:
+        with self._cond:
+            if channel in self._subscribed:
+                return
+            self._wanted.add(channel)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="taskfuse-listen", daemon=True
+                )
+                self._thread.start()
+            self._cond.wait_for(lambda: channel in self._subscribed or self._stop, timeout)
+
+    def wait(self, channel: str, timeout: float) -> bool:
+        self.subscribe(channel)
+        seen: dict[str, int] = self._seen.__dict__
+        with self._cond:
+            last = seen.get(channel, self._gens[channel])
+            woke = self._cond.wait_for(
+                lambda: self._gens[channel] != last or self._stop, max(0.0, timeout)
+            )
+            seen[channel] = self._gens[channel]
+            return bool(woke) and not self._stop
+
+    def _bump(self, channels: Iterable[str]) -> None:
+        with self._cond:
+            for channel in channels:
+                self._gens[channel] += 1
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        delay = 0.05
+        while not self._stop:
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    delay = 0.05
+                    subscribed: set[str] = set()
+                    while not self._stop:
+                        with self._cond:
+                            todo = self._wanted - subscribed
+                        for channel in todo:
+                            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                            subscribed.add(channel)
+                        if todo:
+                            with self._cond:
+                                self._subscribed |= todo
+                            self._bump(todo)
+                        got = {n.channel for n in conn.notifies(timeout=0.2)}
+                        if got:
+                            self._bump(got)
+            except psycopg.Error as exc:
+                if self._stop:
+                    break
+                log.warning("listener connection lost (%s); reconnecting in %.2fs",
+                            self._describe(exc), delay)
+                with self._cond:
+                    self._subscribed.clear()
+                    wanted = set(self._wanted)
+                self._bump(wanted)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+
+class PostgresStore:
+    """Tasks in a PostgreSQL schema; see the module docstring for the rules it keeps.
+
+    Thread-safe: every operation borrows a pooled connection for one transaction.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_min: int | None = None,
+        pool_max: int | None = None,
+        retry_for: float | None = None,
+        connect_timeout: float = 10.0,
+        application_name: str | None = None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise StoreURLError(f"expected postgresql://..., got {redact_url(url)!r}")
+        self.url = redact_url(url)
+        self._password = parts.password
+        options = dict(parse_qsl(parts.query))
+        own = {k: options.pop(k) for k in _OWN_PARAMS if k in options}
+        try:
+            self.schema = schema or own.get("schema", "taskfuse")
+            pool_min = pool_min if pool_min is not None else int(own.get("pool_min", 1))
+            pool_max = pool_max if pool_max is not None else int(own.get("pool_max", 10))
+            self.retry_for = retry_for if retry_for is not None else float(
+                own.get("retry_for", 60.0)
+            )
+        except ValueError as exc:
+            raise StoreURLError(f"bad option in {self.url!r}: {exc}") from None
+        if not _SCHEMA_RE.match(self.schema):
+            raise StoreURLError(
+                f"schema must be a lowercase identifier of at most 40 characters, "
+                f"got {self.schema!r}"
+            )
+        if not 1 <= pool_min <= pool_max:
+            raise StoreURLError(f"need 1 <= pool_min <= pool_max, got {pool_min}, {pool_max}")
+        libpq_url = urlunsplit(parts._replace(query=urlencode(options, quote_via=quote)))
+        try:
+            given = conninfo_to_dict(libpq_url)
+        except psycopg.ProgrammingError as exc:
+            raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: {self._scrub(exc)}") from None
+        extra_options = f"{given.get('options', '')} -c search_path={self.schema}".strip()
+        self._conninfo = make_conninfo(
+            libpq_url,
+            options=extra_options,
+            application_name=application_name or given.get("application_name")
+            or f"taskfuse:{self.schema}",
+            connect_timeout=given.get("connect_timeout") or max(1, int(connect_timeout)),
+        )
+        self.work_channel = f"taskfuse_work_{self.schema}"
+        self._closed = False
+        self._migrate(connect_timeout)
+        self.pool = ConnectionPool(
+            self._conninfo,
+            min_size=pool_min,
+            max_size=pool_max,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"taskfuse:{self.schema}",
+            timeout=max(1.0, connect_timeout),
+        )
+        try:
+            self.pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self.pool.close()
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL store {self.url!r}: {self._scrub(exc)}"
+            ) from None
+        self._listener = _Listener(self._conninfo, self._scrub)
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresStore:
+        return cls(url)
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _scrub(self, exc: BaseException) -> str:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if self._password:
+            text = text.replace(self._password, "***")
+        return text
+
+    def _migrate(self, connect_timeout: float) -> None:
+        """Create the schema and apply each numbered migration it lacks, under a lock."""
+        try:
+            conn = psycopg.connect(self._conninfo)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL store {self.url!r}: {self._scrub(exc)}"
+            ) from None
+        except psycopg.ProgrammingError as exc:
+            raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: {self._scrub(exc)}") from None
+        with conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                         [f"taskfuse-migrate:{self.schema}"])
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                sql.Identifier(self.schema)))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS taskfuse_migrations (version integer PRIMARY KEY, "
+                "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {v for (v,) in conn.execute("SELECT version FROM taskfuse_migrations")}
+            for mig in migrations("postgres"):
+                if mig.version not in done:
+                    conn.execute(mig.sql.encode())
+                    conn.execute("INSERT INTO taskfuse_migrations (version, name) VALUES (%s, %s)",
+                                 [mig.version, mig.name])
+
+    def schema_version(self) -> int:
+        """The highest migration applied to this schema."""
+        return int(self._run(lambda c, _: c.execute(
+            "SELECT max(version) FROM taskfuse_migrations").fetchone()[0]) or 0)
+
+    def _run(self, op: Op[T]) -> T:
+        """Run `op(conn, retried)` on a pooled connection; retry broken connections.
+
+        `retried` tells the op that an earlier attempt failed, possibly after its commit was
+        sent, so it must first find out whether that attempt landed.
+        """
+        if self._closed:
+            raise StoreError(f"PostgresStore({self.url!r}) is closed")
+        delay = 0.02
+        deadline: float | None = None
+        retried = False
+        while True:
+            try:
+                with self.pool.connection() as conn:
+                    return op(conn, retried)
+            except psycopg.DataError as exc:  # a value PostgreSQL refuses (e.g. NUL in JSON)
+                raise StoreError(f"PostgreSQL store {self.url!r} refused a value: "
+                                 f"{self._scrub(exc)}") from None
+            except psycopg.OperationalError as exc:
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.retry_for
+                if now >= deadline or self._closed:
+                    raise StoreUnavailable(
+                        f"PostgreSQL store {self.url!r} unavailable for {self.retry_for:g}s: "
+                        f"{self._scrub(exc)}"
+                    ) from None
+                log.warning("PostgreSQL store %s: %s; retrying in %.2fs", self.url,
+                            self._scrub(exc), delay)
+                time.sleep(delay)
+                if not isinstance(exc, PoolTimeout):
+                    self.pool.check()
+                delay = min(delay * 2, 1.0)
+                retried = True
+
+    def close(self) -> None:
+        """Stop listening and close the pool; the store is unusable afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        self._listener.close()
+        self.pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _notify(self, cur: psycopg.Cursor[Any], channel: str | None = None) -> None:
+        cur.execute(Q["notify"], {"channel": channel or self.work_channel})
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def insert(self, tasks: Sequence[Task]) -> list[tuple[Task, bool]]:
+        """Insert all or nothing; (existing, False) for a task whose idempotency_key exists.
+
+        Payloads are serialized before the transaction starts, so a bad one writes nothing.
+        A concurrent submitter of the same key loses the unique index and is re-run, then
+        answered with the winner's task.
+        """
+        payloads = [dumps(t.payload, t.task_id, "payload") for t in tasks]
+        results = [dumps(t.result, t.task_id, "result") for t in tasks]
+        if not tasks:
+            return []
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> list[tuple[Task, bool]]:
+            if retried:
+                landed = self._insert_landed(conn, tasks)
+                if landed is not None:
+                    return landed
+            with conn.transaction():
+                return self._insert_in(conn.cursor(), tasks, payloads, results)
+
+        for _ in range(5):
+            try:
+                return self._run(op)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != "tasks_idempotency_key":
+                    raise StoreError(f"task_id already exists: {self._scrub(exc)}") from None
+        raise StoreError("insert kept colliding with concurrent submitters of the same keys")
+
+    def _insert_in(
+        self,
+        cur: psycopg.Cursor[Any],
+        tasks: Sequence[Task],
+        payloads: list[str | None],
+        results: list[str | None],
+    ) -> list[tuple[Task, bool]]:
+        keys = [t.idempotency_key for t in tasks if t.idempotency_key]
+        owners: dict[str, Task] = {}
+        if keys:
+            for row in cur.execute(Q["tasks_by_key"], {"keys": keys}):
+                task = _row_to_task(row)
+                owners[task.idempotency_key or ""] = task
+        out: list[tuple[Task, bool]] = []
+        fresh: list[int] = []
+        for index, task in enumerate(tasks):
+            key = task.idempotency_key
+            if key and key in owners:
+                out.append((owners[key], False))
+                continue
+            if key:
+                owners[key] = task
+            fresh.append(index)
+            out.append((task, True))
+        if not fresh:
+            return out
+        ids = [tasks[i].task_id for i in fresh]
+        seen: set[str] = set()
+        for task_id in ids:
+            if task_id in seen:
+                raise StoreError(f"task_id {task_id!r} appears twice in one insert")
+            seen.add(task_id)
+        clash = cur.execute(Q["existing_id"], {"ids": ids}).fetchone()
+        if clash:
+            raise StoreError(f"task_id {clash[0]!r} already exists")
+        parents = sorted({d for i in fresh for d in tasks[i].depends_on})
+        status_of: dict[str, str] = {}
+        if parents:
+            status_of.update(cur.execute(Q["mark_parents"], {"ids": parents}).fetchall())
+        awaited = {d for i in fresh for d in tasks[i].depends_on}
+        awaited.update(r[0] for r in cur.execute(Q["awaited_ids"], {"ids": ids}))
+        deps: list[tuple[str, int, str]] = []
+        with cur.copy(Q["copy_tasks"]) as copy:
+            for i in fresh:
+                t = tasks[i]
+                unmet = 0
+                for pos, dep in enumerate(t.depends_on):
+                    if status_of.get(dep) != "SUCCESS":
+                        unmet += 1
+                    deps.append((t.task_id, pos, dep))
+                status_of[t.task_id] = _VALUE[t.status]
+                copy.write_row((
+                    t.task_id, t.kind, payloads[i], t.batch_id, t.trace_id, t.idempotency_key,
+                    list(t.depends_on), t.priority, _VALUE[t.status], t.version, t.retry_count,
+                    t.max_retry, t.timeout, t.not_before, t.created_at, t.started_at,
+                    t.finished_at, t.worker_id, results[i], t.error_kind, t.error_msg,
+                    list(t.downstreams), t.heartbeat_at, t.last_delay, unmet,
+                    t.task_id in awaited,
+                ))
+        if deps:
+            with cur.copy(Q["copy_deps"]) as copy:
+                for dep_row in deps:
+                    copy.write_row(dep_row)
+        if any(tasks[i].status is _PENDING for i in fresh):
+            self._notify(cur)
+        return out
+
+    def _insert_landed(
+        self, conn: psycopg.Connection[Any], tasks: Sequence[Task]
+    ) -> list[tuple[Task, bool]] | None:
+        """After an unsure commit: the answer the insert gave if it landed, else None."""
+        ids = [t.task_id for t in tasks]
+        rows = {r[0]: r for r in conn.execute(Q["inserted_by_ids"], {"ids": ids})}
+        ours = {t.task_id for t in tasks
+                if t.task_id in rows and rows[t.task_id][1:] == (t.trace_id, t.created_at)}
+        if not ours:
+            return None
+        keys = [t.idempotency_key for t in tasks if t.idempotency_key]
+        owners = {t.idempotency_key: t for t in (_row_to_task(r) for r in conn.execute(
+            Q["tasks_by_key"], {"keys": keys}))} if keys else {}
+        out: list[tuple[Task, bool]] = []
+        for task in tasks:
+            if task.task_id in ours:
+                out.append((task, True))
+            elif task.idempotency_key and task.idempotency_key in owners:
+                out.append((owners[task.idempotency_key], False))
+            else:
+                return None
+        return out
+
+    def swap(self, new: Task, expected_version: int) -> bool:
+        """Compare-and-set one record; False (nothing written) if its version moved on."""
+        params = _swap_params(new, expected_version)
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> bool:
+            if retried:
+                row = conn.execute(Q["get_task"], {"task_id": new.task_id}).fetchone()
+                stored = None if row is None else _row_to_task(row)
+                if stored is None or stored.version != expected_version:
+                    return stored is not None and _same_write(stored, new)
+            # One statement, so one implicit transaction and one round trip: the trigger
+            # does the rest (dependents, wake-ups) inside it.
+            return conn.execute(Q["swap"], params).fetchone() is not None
+
+        return self._run(op)
+
+    def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
+        """Several compare-and-sets in one transaction (one commit, one round trip each way).
+
+        Each move is checked on its own: a lost race answers False for that move only. This is
+        how a worker reports a group of completions without paying a commit for each.
+        """
+        params = [_swap_params(new, expected) for new, expected in moves]
+        if not moves:
+            return []
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> list[bool]:
+            done: dict[int, bool] = {}
+            if retried:
+                for i, (new, expected) in enumerate(moves):
+                    row = conn.execute(Q["get_task"], {"task_id": new.task_id}).fetchone()
+                    stored = None if row is None else _row_to_task(row)
+                    if stored is None or stored.version != expected:
+                        done[i] = stored is not None and _same_write(stored, new)
+            todo = [i for i in range(len(moves)) if i not in done]
+            ids = [moves[i][0].task_id for i in todo]
+            terminal = all(moves[i][0].status in TERMINAL for i in todo)
+            if terminal and len(set(ids)) == len(ids):  # the usual group: one statement
+                columns = {k: [params[i][k] for i in todo] for k in _SWAP_COLUMNS}
+                won = {r[0] for r in conn.execute(Q["swap_rows"], columns)}
+                for i in todo:
+                    done[i] = moves[i][0].task_id in won
+                return [done[i] for i in range(len(moves))]
+            with conn.transaction():  # ticks due, or a task moved twice: one by one, in order
+                cur = conn.cursor()
+                cur.executemany(Q["swap"], [params[i] for i in todo], returning=True)
+                for i in todo:
+                    done[i] = cur.fetchone() is not None
+                    cur.nextset()
+            return [done[i] for i in range(len(moves))]
+
+        return self._run(op)
+
+    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
+        """Renew the lease (heartbeat_at) without a new version; False if not ours any more."""
+        params = {"task_id": task_id, "worker_id": worker_id, "now": now}
+        return self._run(lambda c, _: c.execute(Q["heartbeat"], params).rowcount == 1)
+
+    def put_batch(self, batch: Batch) -> Batch:
+        meta = dumps(dict(batch.meta), batch.batch_id, "batch meta") or "{}"
+        params = {"batch_id": batch.batch_id, "cap": batch.cap, "created_at": batch.created_at,
+                  "meta": meta}
+        self._run(lambda c, _: c.execute(Q["put_batch"], params))
+        found = self.get_batch(batch.batch_id)
+        assert found is not None
+        return found
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def claim(
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+    ) -> list[Task]:
+        """Move up to `limit` ready tasks to RUNNING for `worker_id` in one transaction."""
+        if limit < 1:
+            return []
+        token = uuid.uuid4()
+        blocked_list = sorted(blocked)
+
+        def op(conn: psycopg.Connection[Any], retried: bool) -> list[Task]:
+            if retried:
+                rows = conn.execute(Q["claimed_by_token"], {"token": token}).fetchall()
+                if rows:
+                    return [_row_to_task(r) for r in rows]
+            claimed: list[Task] = []
+            with conn.transaction():
+                cur = conn.cursor()
+                while len(claimed) < limit:
+                    want = limit - len(claimed)
+                    rows = cur.execute(
+                        Q["claim_candidates"], {"now": now, "blocked": blocked_list, "n": want}
+                    ).fetchall()
+                    if not rows:
+                        break
+                    picked = self._within_caps(cur, [_row_to_task(r) for r in rows])
+                    if picked:
+                        moved = [move(t, TaskEvent.CLAIM, now, worker_id=worker_id)
+                                 for t in picked]
+                        self._write_claims(cur, picked, moved, token)
+                        claimed += moved
+                    if len(rows) < want:
+                        break
+            return claimed
+
+        return self._run(op)
+
+    @staticmethod
+    def _write_claims(
+        cur: psycopg.Cursor[Any], old: list[Task], new: list[Task], token: uuid.UUID
+    ) -> None:
+        """Write claimed records: one set-based compare-and-set when they differ only in
+        version (what `move` builds for a claim), else one swap per record."""
+        first = new[0]
+        shape = (first.status, first.started_at, first.heartbeat_at, first.worker_id)
+        uniform = all(
+            (n.status, n.started_at, n.heartbeat_at, n.worker_id) == shape
+            and n.finished_at is None
+            and (n.retry_count, n.not_before, n.result, n.error_kind, n.error_msg,
+                 n.last_delay) == (o.retry_count, o.not_before, o.result, o.error_kind,
+                                   o.error_msg, o.last_delay)
+            for o, n in zip(old, new, strict=True)
+        )
+        if uniform and first.started_at == first.heartbeat_at:
+            written = 0
+            for at in range(0, len(old), 4095):  # run ticks leave room for 4095 a statement
+                part_old, part_new = old[at:at + 4095], new[at:at + 4095]
+                cur.execute(Q["claim_rows"], {
+                    "now": first.started_at, "worker_id": first.worker_id, "token": token,
+                    "ids": [t.task_id for t in part_old],
+                    "expected": [t.version for t in part_old],
+                    "versions": [t.version for t in part_new],
+                })
+                written += cur.rowcount
+            if written != len(old):
+                raise StoreError("a locked candidate changed under its lock")
+            return
+        # only if `move` ever sets more on a claim: one compare-and-set per record
+        cur.executemany(Q["swap"], [_swap_params(n, o.version, token)
+                                    for o, n in zip(old, new, strict=True)])
+        if cur.rowcount != len(old):
+            raise StoreError("a locked candidate changed under its lock")
+
+    @staticmethod
+    def _within_caps(cur: psycopg.Cursor[Any], tasks: list[Task]) -> list[Task]:
+        """Candidates in order, skipping those whose capped batch fills up on the way."""
+        batch_ids = sorted({t.batch_id for t in tasks if t.batch_id is not None})
+        if not batch_ids:
+            return tasks
+        caps = dict(cur.execute(Q["lock_batches"], {"ids": batch_ids}).fetchall())
+        if not caps:
+            return tasks
+        running = dict(cur.execute(Q["running_in"], {"ids": list(caps)}).fetchall())
+        room = {b: cap - running.get(b, 0) for b, cap in caps.items()}
+        picked = []
+        for task in tasks:
+            left = room.get(task.batch_id)
+            if left is not None:
+                if left <= 0:
+                    continue
+                room[task.batch_id] = left - 1
+            picked.append(task)
+        return picked
+
+    # -- waiting for work ------------------------------------------------------------------
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block up to `timeout` s until another actor signals claimable work; True if so.
+
+        Signals are PostgreSQL notifications (insert, back to PENDING, released dependents,
+        a freed batch slot), so idle workers cost the database nothing while they wait. A
+        True is a hint to claim, not a promise of a task.
+        """
+        if self._closed:
+            return False
+        return self._listener.wait(self.work_channel, timeout)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _tasks(self, name: str, params: dict[str, Any] | None = None) -> list[Task]:
+        return self._run(lambda c, _: [_row_to_task(r) for r in c.execute(Q[name], params)])
+
+    def _scalar(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        def op(conn: psycopg.Connection[Any], _: bool) -> Any:
+            row = conn.execute(Q[name], params).fetchone()
+            return None if row is None else row[0]
+
+        return self._run(op)
+
+    def get(self, task_id: str) -> Task | None:
+        def op(conn: psycopg.Connection[Any], _: bool) -> Task | None:
+            row = conn.execute(Q["get_task"], {"task_id": task_id}).fetchone()
+            return None if row is None else _row_to_task(row)
+
+        return self._run(op)
+
+    def find(self, id_or_trace: str) -> list[Task]:
+        return self._tasks("find_tasks", {"key": id_or_trace})
+
+    def overdue(self, now: float) -> list[Task]:
+        return self._tasks("overdue", {"now": now})
+
+    def next_deadline(self) -> float | None:
+        return self._scalar("next_deadline")
+
+    def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
+        return self._tasks("stale_running", {"now": now, "lease": lease_s})
+
+    def pending_created_before(self, cutoff: float) -> list[Task]:
+        return self._tasks("pending_created_before", {"cutoff": cutoff})
+
+    def next_ready_at(self, now: float) -> float | None:
+        return self._scalar("next_ready_at", {"now": now})
+
+    def dependents(self, task_id: str) -> list[Task]:
+        return self._tasks("dependents", {"task_id": task_id})
+
+    def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
+        def op(conn: psycopg.Connection[Any], _: bool) -> dict[TaskStatus, int]:
+            if batch_id is None:
+                rows = conn.execute(Q["counts"]).fetchall()
+            else:
+                rows = conn.execute(Q["counts_batch"], {"batch_id": batch_id}).fetchall()
+            out = dict.fromkeys(TaskStatus, 0)
+            for status, n in rows:
+                out[_STATUS[status]] = n
+            return out
+
+        return self._run(op)
+
+    def get_batch(self, batch_id: str) -> Batch | None:
+        def op(conn: psycopg.Connection[Any], _: bool) -> Batch | None:
+            row = conn.execute(Q["get_batch"], {"batch_id": batch_id}).fetchone()
+            return None if row is None else Batch(row[0], row[1], row[2], row[3])
+
+        return self._run(op)
+
+    def batch_ids(self) -> list[str]:
+        return self._run(lambda c, _: [r[0] for r in c.execute(Q["batch_ids"])])
+
+    def batch_tasks(
+        self, batch_id: str, statuses: Iterable[TaskStatus] | None = None
+    ) -> list[Task]:
+        if statuses is None:
+            return self._tasks("batch_tasks", {"batch_id": batch_id})
+        wanted = [TaskStatus(s).value for s in statuses]
+        return self._tasks("batch_tasks_in", {"batch_id": batch_id, "statuses": wanted})
+
+    def running(self) -> list[Task]:
+        return self._tasks("running")
+
+    def all_tasks(self) -> list[Task]:
+        return self._tasks("all_tasks")
+
+    def __len__(self) -> int:
+        return int(self._scalar("task_count"))
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.url!r}, schema={self.schema!r})"

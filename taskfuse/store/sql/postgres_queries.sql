@@ -1,0 +1,269 @@
+-- Named queries of PostgresStore. `{task}` stands for the task columns (sql.SELECT_TASK).
+-- Status literals are written out (not bound) so the planner can use the partial indexes.
+
+-- get_task --
+SELECT {task} FROM tasks WHERE task_id = %(task_id)s
+
+-- find_tasks --
+-- The task with that id first (unless it is also in the trace), then the trace in order.
+SELECT {task} FROM tasks
+WHERE task_id = %(key)s OR trace_id = %(key)s
+ORDER BY (task_id = %(key)s AND trace_id <> %(key)s) DESC, seq
+
+-- existing_id --
+SELECT task_id FROM tasks WHERE task_id = ANY(%(ids)s) LIMIT 1
+
+-- tasks_by_key --
+SELECT {task} FROM tasks WHERE idempotency_key = ANY(%(keys)s)
+
+-- mark_parents --
+-- The tasks new rows depend on learn they have dependents; the row lock this takes means a
+-- parent's move to SUCCESS commits either before (we read SUCCESS) or after our insert (its
+-- swap then sees has_children and releases us): no dependent misses its release.
+UPDATE tasks SET has_children = true WHERE task_id = ANY(%(ids)s)
+RETURNING task_id, status
+
+-- copy_tasks --
+COPY tasks ({task}, unmet, has_children) FROM STDIN
+
+-- awaited_ids --
+-- Which of these new tasks some stored task already depends on (inserted child-first).
+SELECT DISTINCT depends_on FROM task_deps WHERE depends_on = ANY(%(ids)s)
+
+-- copy_deps --
+COPY task_deps (task_id, pos, depends_on) FROM STDIN
+
+-- inserted_by_ids --
+-- After an unsure commit: which of these rows exist, and with which trace (ours or not).
+SELECT task_id, trace_id, created_at FROM tasks WHERE task_id = ANY(%(ids)s)
+
+-- swap --
+-- The compare-and-set: writes the lifecycle fields only if the version is still :expected.
+-- A move into PENDING takes a fresh ready tick; a claim a run tick. The trigger
+-- tasks_after_move releases dependents and wakes idle workers in the same statement.
+UPDATE tasks SET
+    status = %(status)s, version = %(version)s, retry_count = %(retry_count)s,
+    not_before = %(not_before)s, started_at = %(started_at)s, finished_at = %(finished_at)s,
+    worker_id = %(worker_id)s, result = %(result)s::jsonb, error_kind = %(error_kind)s,
+    error_msg = %(error_msg)s, heartbeat_at = %(heartbeat_at)s, last_delay = %(last_delay)s,
+    ready_tick = CASE WHEN %(status)s = 'PENDING' THEN nextval('taskfuse_tick')
+                      ELSE ready_tick END,
+    run_tick = CASE WHEN %(status)s = 'RUNNING' THEN nextval('taskfuse_tick') * 4096
+                    ELSE run_tick END,
+    claim_token = %(claim_token)s
+WHERE task_id = %(task_id)s AND version = %(expected)s
+RETURNING version
+
+-- swap_rows --
+-- Many compare-and-sets in one statement (swap_many: distinct tasks, each moving to a
+-- terminal status, so no ticks are due): each row is written only if its own version is
+-- still the expected one; answers the rows that won.
+UPDATE tasks AS t SET
+    status = u.status, version = u.version, retry_count = u.retry_count,
+    not_before = u.not_before, started_at = u.started_at, finished_at = u.finished_at,
+    worker_id = u.worker_id, result = u.result::jsonb, error_kind = u.error_kind,
+    error_msg = u.error_msg, heartbeat_at = u.heartbeat_at, last_delay = u.last_delay,
+    claim_token = NULL
+FROM unnest(%(task_id)s::text[], %(expected)s::integer[], %(status)s::text[],
+            %(version)s::integer[], %(retry_count)s::integer[],
+            %(not_before)s::double precision[], %(started_at)s::double precision[],
+            %(finished_at)s::double precision[], %(worker_id)s::text[], %(result)s::text[],
+            %(error_kind)s::text[], %(error_msg)s::text[],
+            %(heartbeat_at)s::double precision[], %(last_delay)s::double precision[])
+     AS u(task_id, expected, status, version, retry_count, not_before, started_at,
+          finished_at, worker_id, result, error_kind, error_msg, heartbeat_at, last_delay)
+WHERE t.task_id = u.task_id AND t.version = u.expected
+RETURNING t.task_id
+
+-- claim_candidates --
+-- Ready rows in claim order: PENDING, dependencies met, not_before passed, no blocked
+-- downstream, batch under its cap; rows another claimer holds are skipped, not waited for.
+SELECT {task} FROM tasks AS t
+WHERE t.status = 'PENDING' AND t.unmet = 0
+  AND (t.not_before IS NULL OR t.not_before <= %(now)s)
+  AND NOT (t.downstreams && %(blocked)s::text[])
+  AND (t.batch_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM batches AS b
+        WHERE b.batch_id = t.batch_id AND b.cap IS NOT NULL
+          AND b.cap <= (SELECT count(*) FROM tasks AS r
+                        WHERE r.batch_id = b.batch_id AND r.status = 'RUNNING')))
+ORDER BY t.priority DESC, t.ready_at, t.ready_tick, t.seq
+LIMIT %(n)s
+FOR UPDATE OF t SKIP LOCKED
+
+-- claim_rows --
+-- Move the picked candidates to RUNNING in one statement: the records `move` built differ
+-- only in their versions, and each row is still checked against the version it was read at.
+-- Run ticks are one tick x 4096 plus the position in the picked list (at most 4095 rows a
+-- statement), so they follow claim order whatever order the rows are updated in.
+UPDATE tasks AS t SET
+    status = 'RUNNING', version = u.version, started_at = %(now)s, heartbeat_at = %(now)s,
+    finished_at = NULL, worker_id = %(worker_id)s,
+    run_tick = (SELECT nextval('taskfuse_tick')) * 4096 + u.ord,
+    claim_token = %(token)s
+FROM unnest(%(ids)s::text[], %(expected)s::integer[], %(versions)s::integer[])
+     WITH ORDINALITY AS u(task_id, expected, version, ord)
+WHERE t.task_id = u.task_id AND t.version = u.expected
+
+-- lock_batches --
+-- Capped batches among the candidates, locked so concurrent claimers count their running
+-- tasks one after another: a cap holds across processes.
+SELECT batch_id, cap FROM batches
+WHERE batch_id = ANY(%(ids)s) AND cap IS NOT NULL
+ORDER BY batch_id
+FOR UPDATE
+
+-- running_in --
+-- Run after lock_batches, so its fresh snapshot sees every claim committed before ours.
+SELECT batch_id, count(*) FROM tasks
+WHERE batch_id = ANY(%(ids)s) AND status = 'RUNNING'
+GROUP BY batch_id
+
+-- notify --
+SELECT pg_notify(%(channel)s, '')
+
+-- heartbeat --
+UPDATE tasks SET heartbeat_at = %(now)s
+WHERE task_id = %(task_id)s AND status = 'RUNNING'
+  AND worker_id IS NOT DISTINCT FROM %(worker_id)s::text
+
+-- overdue --
+SELECT {task} FROM tasks
+WHERE status = 'RUNNING' AND deadline < %(now)s
+ORDER BY deadline, run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- next_deadline --
+SELECT min(deadline) FROM tasks WHERE status = 'RUNNING'
+
+-- running --
+SELECT {task} FROM tasks WHERE status = 'RUNNING'
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- stale_running --
+-- The sweeper's rule: the lease (heartbeat) lapsed, or older than 2 x timeout in any case.
+SELECT {task} FROM tasks
+WHERE status = 'RUNNING'
+  AND ((%(lease)s::double precision IS NOT NULL AND heartbeat_at IS NOT NULL
+        AND heartbeat_at + %(lease)s::double precision < %(now)s)
+       OR coalesce(started_at, %(now)s) + 2 * timeout < %(now)s)
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- pending_created_before --
+SELECT {task} FROM tasks
+WHERE status = 'PENDING' AND created_at < %(cutoff)s
+ORDER BY created_at, seq
+
+-- next_ready_at --
+SELECT min(not_before) FROM tasks
+WHERE status = 'PENDING' AND unmet = 0 AND not_before IS NOT NULL AND not_before > %(now)s
+
+-- dependents --
+SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
+WHERE d.depends_on = %(task_id)s
+ORDER BY t.seq, d.pos
+
+-- counts --
+SELECT status, count(*) FROM tasks GROUP BY status
+
+-- counts_batch --
+SELECT status, count(*) FROM tasks WHERE batch_id = %(batch_id)s GROUP BY status
+
+-- batch_tasks --
+SELECT {task} FROM tasks WHERE batch_id = %(batch_id)s ORDER BY seq
+
+-- batch_tasks_in --
+SELECT {task} FROM tasks
+WHERE batch_id = %(batch_id)s AND status = ANY(%(statuses)s)
+ORDER BY seq
+
+-- all_tasks --
+SELECT {task} FROM tasks ORDER BY seq
+
+-- claimed_by_token --
+-- After an unsure commit: did our claim land? Its rows carry the claim's token.
+SELECT {task} FROM tasks WHERE claim_token = %(token)s AND status = 'RUNNING'
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- put_batch --
+INSERT INTO batches (batch_id, cap, created_at, meta)
+VALUES (%(batch_id)s, %(cap)s, %(created_at)s, %(meta)s::jsonb)
+ON CONFLICT (batch_id) DO NOTHING
+
+-- get_batch --
+SELECT batch_id, cap, created_at, meta FROM batches WHERE batch_id = %(batch_id)s
+
+-- batch_ids --
+-- Registered batches first (in creation order), then batches only named by tasks.
+SELECT batch_id FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(seq) FROM tasks
+    WHERE batch_id IS NOT NULL AND batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id
+) AS all_batches
+ORDER BY src, seq
+
+-- task_count --
+SELECT count(*) FROM tasks
+
+-- slots_ensure --
+INSERT INTO fleet_slots (name, slot)
+SELECT %(name)s, s FROM generate_series(0, %(limit)s - 1) AS s
+ON CONFLICT (name, slot) DO NOTHING
+
+-- slots_shrink --
+DELETE FROM fleet_slots WHERE name = %(name)s AND slot >= %(limit)s
+
+-- slot_acquire --
+-- Take a free or expired slot (database clock), skipping slots another acquirer is taking.
+UPDATE fleet_slots AS s SET
+    holder = %(holder)s, lease_id = %(lease_id)s,
+    expires_at = extract(epoch FROM clock_timestamp()) + %(lease_s)s
+FROM (SELECT slot FROM fleet_slots
+      WHERE name = %(name)s AND slot < %(limit)s
+        AND (holder IS NULL OR expires_at < extract(epoch FROM clock_timestamp()))
+      ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) AS free
+WHERE s.name = %(name)s AND s.slot = free.slot
+RETURNING s.slot, s.expires_at
+
+-- slot_renew --
+UPDATE fleet_slots SET expires_at = extract(epoch FROM clock_timestamp()) + %(lease_s)s
+WHERE name = %(name)s AND slot = %(slot)s AND lease_id = %(lease_id)s
+  AND expires_at >= extract(epoch FROM clock_timestamp())
+RETURNING expires_at
+
+-- slot_release --
+UPDATE fleet_slots SET holder = NULL, lease_id = NULL, expires_at = NULL
+WHERE name = %(name)s AND slot = %(slot)s AND lease_id = %(lease_id)s
+
+-- slots_in_use --
+SELECT count(*) FROM fleet_slots
+WHERE name = %(name)s AND slot < %(limit)s AND holder IS NOT NULL
+  AND expires_at >= extract(epoch FROM clock_timestamp())
+
+-- bucket_ensure --
+INSERT INTO fleet_buckets (name, rate, burst, empty_at)
+VALUES (%(name)s, %(rate)s, %(burst)s,
+        extract(epoch FROM clock_timestamp()) - %(burst)s / %(rate)s)
+ON CONFLICT (name) DO UPDATE SET rate = excluded.rate, burst = excluded.burst
+
+-- bucket_reserve --
+-- GCRA: take n tokens, going into debt if needed; answers how long the caller waits.
+UPDATE fleet_buckets AS b SET
+    empty_at = greatest(b.empty_at, now_.t - b.burst / b.rate) + %(n)s / b.rate
+FROM (SELECT extract(epoch FROM clock_timestamp())::double precision AS t) AS now_
+WHERE b.name = %(name)s
+RETURNING greatest(0.0, b.empty_at - now_.t)
+
+-- bucket_try --
+-- GCRA: take n tokens only if they are there now; answers whether it did.
+UPDATE fleet_buckets AS b SET
+    empty_at = greatest(b.empty_at, now_.t - b.burst / b.rate) + %(n)s / b.rate
+FROM (SELECT extract(epoch FROM clock_timestamp())::double precision AS t) AS now_
+WHERE b.name = %(name)s
+  AND greatest(b.empty_at, now_.t - b.burst / b.rate) + %(n)s / b.rate <= now_.t
+RETURNING b.empty_at
+
+-- slot_by_lease --
+-- After an unsure commit: did our acquire land? The slot carries our lease id.
+SELECT slot, expires_at FROM fleet_slots WHERE name = %(name)s AND lease_id = %(lease_id)s

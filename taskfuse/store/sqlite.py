@@ -1,0 +1,605 @@
+"""SQLiteStore: the embedded default for real runs: one file, many threads and processes.
+
+Theory of operation
+-------------------
+* The database is in WAL mode, so readers never block the writer and the writer never blocks
+  readers; writers queue on SQLite's one write lock through ``busy_timeout``.
+* Every write is one short ``BEGIN IMMEDIATE`` transaction: it takes the write lock up front,
+  so two writers can never deadlock upgrading a read lock. A claim is one such transaction
+  that reads ready rows in claim order and moves them (limit > 1 claims a batch at once).
+* Every status change is `task.move` (the transition table) plus the compare-and-set
+  ``UPDATE ... WHERE task_id = ? AND version = ?``; zero rows is a lost race: False.
+* Claim order and every tie in it match MemoryStore exactly (priority, ready time, then a
+  monotonic tick of when the row became claimable), so the same operations give the same
+  states on both; the differential tests hold the two to that.
+* Each thread uses its own connection (created on first use, also after a fork), so the
+  store is safe to share between threads: unlike MemoryStore, no outside lock is needed.
+* ``synchronous=FULL`` by default: a completion the store reported survives a power cut.
+  ``?synchronous=NORMAL`` in the URL trades that for speed: still safe against a crashed
+  or killed process, not against the machine losing power. `swap_many` commits many
+  completions in one transaction and keeps both the version check and FULL durability.
+
+URL: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (the usual SQLite URL
+convention), with optional ``?synchronous=NORMAL&busy_timeout=30``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.task import Batch, Task, move
+from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
+from taskfuse.store.sql import (
+    SELECT_TASK,
+    dumps,
+    load_queries,
+    loads,
+    migrations,
+    names,
+    split_statements,
+    unnames,
+)
+
+_PENDING = TaskStatus.PENDING
+_RUNNING = TaskStatus.RUNNING
+_SUCCESS = TaskStatus.SUCCESS
+_STATUS = {s.value: s for s in TaskStatus}
+_VALUE = {s: s.value for s in TaskStatus}  # enum .value is a slow descriptor on hot paths
+_SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def _queries() -> dict[str, str]:
+    task_t = ", ".join(f"t.{c}" for c in SELECT_TASK.split(", "))
+    return {
+        name: sql.replace("{task_t}", task_t).replace("{task}", SELECT_TASK)
+        for name, sql in load_queries("sqlite").items()
+    }
+
+
+Q = _queries()
+
+
+def _row_to_task(row: tuple[Any, ...]) -> Task:
+    """A `tasks` row (columns in Task field order) as a Task record."""
+    (task_id, kind, payload, batch_id, trace_id, key, depends_on, priority, status, version,
+     retry_count, max_retry, timeout, not_before, created_at, started_at, finished_at,
+     worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay) = row
+    return Task(
+        task_id, kind, loads(payload), batch_id, trace_id, key, unnames(depends_on), priority,
+        _STATUS[status], version, retry_count, max_retry, timeout, not_before, created_at,
+        started_at, finished_at, worker_id, loads(result), error_kind, error_msg,
+        unnames(downstreams), heartbeat_at, last_delay,
+    )
+
+
+def _swap_params(new: Task, expected: int) -> dict[str, Any]:
+    """Parameters of the compare-and-set; serializes the result first (PayloadError)."""
+    return {
+        "task_id": new.task_id,
+        "expected": expected,
+        "status": _VALUE[new.status],
+        "version": new.version,
+        "retry_count": new.retry_count,
+        "not_before": new.not_before,
+        "started_at": new.started_at,
+        "finished_at": new.finished_at,
+        "worker_id": new.worker_id,
+        "result": dumps(new.result, new.task_id, "result"),
+        "error_kind": new.error_kind,
+        "error_msg": new.error_msg,
+        "heartbeat_at": new.heartbeat_at,
+        "last_delay": new.last_delay,
+        "ready_tick": None,
+        "run_tick": None,
+        "claim_token": None,
+    }
+
+
+def _check_unique(ids: list[str]) -> None:
+    seen: set[str] = set()
+    for task_id in ids:
+        if task_id in seen:
+            raise StoreError(f"task_id {task_id!r} appears twice in one insert")
+        seen.add(task_id)
+
+
+class SQLiteStore:
+    """Tasks in one SQLite file; see the module docstring for the rules it keeps."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_s: float = 30.0,
+        poll_s: float = 0.05,
+    ) -> None:
+        sync = synchronous.upper()
+        if sync not in _SYNC_MODES:
+            raise StoreURLError(f"synchronous must be one of {_SYNC_MODES}, got {synchronous!r}")
+        if busy_timeout_s <= 0:
+            raise StoreURLError(f"busy_timeout must be > 0 seconds, got {busy_timeout_s!r}")
+        self.path = str(path)
+        self.synchronous = sync
+        self.busy_timeout_s = busy_timeout_s
+        self.poll_s = poll_s
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self._work = threading.Condition()
+        self._work_gen = 0
+        self._migrate()
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteStore:
+        """``sqlite:///relative.db`` or ``sqlite:////abs/path.db``; options as query string."""
+        parts = urlsplit(url)
+        if parts.scheme != "sqlite" or parts.netloc or not parts.path.strip("/"):
+            raise StoreURLError(
+                f"expected sqlite:///PATH (sqlite:////abs/path for an absolute path), "
+                f"got {redact_url(url)!r}"
+            )
+        options = dict(parse_qsl(parts.query))
+        kwargs: dict[str, Any] = {}
+        try:
+            if "synchronous" in options:
+                kwargs["synchronous"] = options.pop("synchronous")
+            if "busy_timeout" in options:
+                kwargs["busy_timeout_s"] = float(options.pop("busy_timeout"))
+        except ValueError as exc:
+            raise StoreURLError(f"bad option in {redact_url(url)!r}: {exc}") from None
+        if options:
+            raise StoreURLError(f"unknown option(s) {sorted(options)!r} in {redact_url(url)!r}")
+        return cls(parts.path[1:], **kwargs)
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"SQLiteStore({self.path!r}) is closed")
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA foreign_keys=OFF")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {exc}") from None
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"SQLiteStore({self.path!r}) is closed")
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None or local.pid != os.getpid():
+            conn = local.conn = self._connect()
+            local.pid = os.getpid()
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One short write transaction holding the write lock from its first statement."""
+        conn = self._conn()
+        with self._write_lock:  # threads of this process queue here, not in SQLite's sleeps
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailable(
+                    f"SQLite store {self.path!r} stayed locked for {self.busy_timeout_s:g}s: "
+                    f"{exc}"
+                ) from None
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # SQLite may have rolled back already (e.g. disk full)
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _tick(self, conn: sqlite3.Connection, n: int = 1) -> int:
+        """Reserve n ticks; answers the first of them."""
+        (last,) = conn.execute(Q["next_tick"], {"n": n}).fetchone()
+        return int(last) - n + 1
+
+    def _migrate(self) -> None:
+        """Create or upgrade the schema: apply each numbered migration the file lacks."""
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        with self._write() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS taskfuse_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+            done = {v for (v,) in conn.execute("SELECT version FROM taskfuse_migrations")}
+            for mig in migrations("sqlite"):
+                if mig.version in done:
+                    continue
+                for statement in split_statements(mig.sql, sqlite3.complete_statement):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO taskfuse_migrations VALUES (?, ?, ?)",
+                    (mig.version, mig.name, time.time()),
+                )
+
+    def schema_version(self) -> int:
+        """The highest migration applied to this file."""
+        (v,) = self._conn().execute("SELECT max(version) FROM taskfuse_migrations").fetchone()
+        return int(v or 0)
+
+    def close(self) -> None:
+        """Close every connection this store opened (in all threads); the store is unusable."""
+        self._closed = True
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
+        with self._work:
+            self._work_gen += 1
+            self._work.notify_all()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def insert(self, tasks: Sequence[Task]) -> list[tuple[Task, bool]]:
+        """Insert all or nothing; (existing, False) for a task whose idempotency_key exists.
+
+        Payloads are serialized before the transaction starts, so a bad one writes nothing.
+        """
+        encoded = [dumps(t.payload, t.task_id, "payload") for t in tasks]
+        if not tasks:
+            return []
+        with self._write() as conn:
+            out, fresh = self._dedupe(conn, tasks)
+            if not fresh:
+                return out
+            self._check_ids(conn, [t for t, _ in fresh])
+            parents = {dep for t, _ in fresh for dep in t.depends_on}
+            status_of: dict[str, str] = {}
+            if parents:
+                rows = conn.execute(Q["statuses_of"], {"ids": names(tuple(parents))})
+                status_of.update(rows.fetchall())
+            first = self._tick(conn, len(fresh))
+            rows = []
+            deps = []
+            for i, (task, index) in enumerate(fresh):
+                unmet = 0
+                for pos, dep in enumerate(task.depends_on):
+                    if status_of.get(dep) != "SUCCESS":
+                        unmet += 1
+                    deps.append({"task_id": task.task_id, "pos": pos, "depends_on": dep})
+                status_of[task.task_id] = _VALUE[task.status]
+                rows.append(self._insert_params(task, encoded[index], unmet, first + i))
+            conn.executemany(Q["insert_task"], rows)
+            if deps:
+                conn.executemany(Q["insert_dep"], deps)
+        self._notify_local()
+        return out
+
+    def _dedupe(
+        self, conn: sqlite3.Connection, tasks: Sequence[Task]
+    ) -> tuple[list[tuple[Task, bool]], list[tuple[Task, int]]]:
+        """Split into answers and the (task, index) pairs to write, MemoryStore's way."""
+        keys = [t.idempotency_key for t in tasks if t.idempotency_key]
+        owners: dict[str, Task] = {}
+        if keys:
+            for row in conn.execute(Q["tasks_by_key"], {"keys": names(tuple(keys))}):
+                task = _row_to_task(row)
+                owners[task.idempotency_key or ""] = task
+        out: list[tuple[Task, bool]] = []
+        fresh: list[tuple[Task, int]] = []
+        for index, task in enumerate(tasks):
+            key = task.idempotency_key
+            if key and key in owners:
+                out.append((owners[key], False))
+                continue
+            if key:
+                owners[key] = task
+            fresh.append((task, index))
+            out.append((task, True))
+        return out, fresh
+
+    def _check_ids(self, conn: sqlite3.Connection, fresh: list[Task]) -> None:
+        ids = [t.task_id for t in fresh]
+        _check_unique(ids)
+        clash = conn.execute(Q["existing_ids"], {"ids": names(tuple(ids))}).fetchone()
+        if clash:
+            raise StoreError(f"task_id {clash[0]!r} already exists")
+
+    @staticmethod
+    def _insert_params(task: Task, payload: str | None, unmet: int, tick: int) -> dict[str, Any]:
+        return {
+            "task_id": task.task_id, "kind": task.kind, "payload": payload,
+            "batch_id": task.batch_id, "trace_id": task.trace_id,
+            "idempotency_key": task.idempotency_key, "depends_on": names(task.depends_on),
+            "priority": task.priority, "status": _VALUE[task.status], "version": task.version,
+            "retry_count": task.retry_count, "max_retry": task.max_retry,
+            "timeout": task.timeout, "not_before": task.not_before,
+            "created_at": task.created_at, "started_at": task.started_at,
+            "finished_at": task.finished_at, "worker_id": task.worker_id,
+            "result": dumps(task.result, task.task_id, "result"),
+            "error_kind": task.error_kind, "error_msg": task.error_msg,
+            "downstreams": names(task.downstreams), "heartbeat_at": task.heartbeat_at,
+            "last_delay": task.last_delay, "unmet": unmet, "ready_tick": tick,
+        }
+
+    def swap(self, new: Task, expected_version: int) -> bool:
+        """Compare-and-set one record; False (nothing written) if its version moved on."""
+        params = _swap_params(new, expected_version)
+        with self._write() as conn:
+            won = self._swap_in(conn, new, params)
+        if won and new.status is _PENDING:
+            self._notify_local()
+        return won
+
+    def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
+        """Several compare-and-sets in one transaction (one commit, one fsync).
+
+        Each move is checked on its own: a lost race answers False for that move only. This is
+        how a worker reports a group of completions without paying a commit for each.
+        """
+        params = [_swap_params(new, expected) for new, expected in moves]
+        if not moves:
+            return []
+        succeeded = [new.task_id for new, _ in moves if new.status is _SUCCESS]
+        with self._write() as conn:
+            parents: set[str] | None = None
+            if succeeded:  # one look-up for the group instead of one per completion
+                rows = conn.execute(Q["parents_among"], {"ids": names(tuple(succeeded))})
+                parents = {r[0] for r in rows}
+            won = [self._swap_in(conn, new, p, parents)
+                   for (new, _), p in zip(moves, params, strict=True)]
+        if any(w and new.status is _PENDING for w, (new, _) in zip(won, moves, strict=True)):
+            self._notify_local()
+        return won
+
+    def _swap_in(
+        self,
+        conn: sqlite3.Connection,
+        new: Task,
+        params: dict[str, Any],
+        parents: set[str] | None = None,
+    ) -> bool:
+        """The compare-and-set inside a write transaction. `parents`, when given, is the
+        set of tasks known to have dependents (so no per-task look-up is needed)."""
+        if new.status is _PENDING:
+            params["ready_tick"] = self._tick(conn)
+        elif new.status is _RUNNING and params["run_tick"] is None:
+            params["run_tick"] = self._tick(conn)
+        if conn.execute(Q["swap"], params).rowcount != 1:
+            return False
+        if new.status is _SUCCESS:
+            if parents is None:
+                found = conn.execute(Q["has_children"], {"parent": new.task_id}).fetchone()
+                if found is None:
+                    return True
+            elif new.task_id not in parents:
+                return True
+            conn.execute(Q["release_children"], {"parent": new.task_id, "tick": self._tick(conn)})
+        return True
+
+    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
+        """Renew the lease (heartbeat_at) without a new version; False if not ours any more."""
+        conn = self._conn()
+        with self._write_lock:  # a write: queue with this process's other writers
+            cur = conn.execute(
+                Q["heartbeat"], {"task_id": task_id, "worker_id": worker_id, "now": now}
+            )
+        return cur.rowcount == 1
+
+    def put_batch(self, batch: Batch) -> Batch:
+        meta = dumps(dict(batch.meta), batch.batch_id, "batch meta") or "{}"
+        with self._write() as conn:
+            conn.execute(Q["put_batch"], {
+                "batch_id": batch.batch_id, "cap": batch.cap, "created_at": batch.created_at,
+                "meta": meta, "seq": self._tick(conn),
+            })
+        found = self.get_batch(batch.batch_id)
+        assert found is not None
+        return found
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def claim(
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+    ) -> list[Task]:
+        """Move up to `limit` ready tasks to RUNNING for `worker_id` in one transaction."""
+        if limit < 1:
+            return []
+        token = uuid.uuid4().hex
+        blocked_json = names(tuple(sorted(blocked)))
+        claimed: list[Task] = []
+        with self._write() as conn:
+            while len(claimed) < limit:
+                want = limit - len(claimed)
+                rows = conn.execute(
+                    Q["claim_candidates"], {"now": now, "blocked": blocked_json, "n": want}
+                ).fetchall()
+                if not rows:
+                    break
+                picked = self._within_caps(conn, [_row_to_task(r) for r in rows])
+                if picked:
+                    moved = [move(t, TaskEvent.CLAIM, now, worker_id=worker_id) for t in picked]
+                    self._write_claims(conn, picked, moved, token)
+                    claimed += moved
+                if len(rows) < want:
+                    break
+        return claimed
+
+    def _write_claims(
+        self, conn: sqlite3.Connection, old: list[Task], new: list[Task], token: str
+    ) -> None:
+        """Write claimed records: one set-based compare-and-set when they differ only in
+        version (what `move` builds for a claim), else one swap per record."""
+        tick = self._tick(conn, len(new))
+        first = new[0]
+        shape = (first.status, first.started_at, first.heartbeat_at, first.worker_id)
+        uniform = first.started_at == first.heartbeat_at and all(
+            (n.status, n.started_at, n.heartbeat_at, n.worker_id) == shape
+            and n.finished_at is None
+            and (n.retry_count, n.not_before, n.result, n.error_kind, n.error_msg,
+                 n.last_delay) == (o.retry_count, o.not_before, o.result, o.error_kind,
+                                   o.error_msg, o.last_delay)
+            for o, n in zip(old, new, strict=True)
+        )
+        if uniform:
+            rows = json.dumps([[o.task_id, o.version, n.version]
+                               for o, n in zip(old, new, strict=True)])
+            written = conn.execute(Q["claim_rows"], {
+                "rows": rows, "now": first.started_at, "worker_id": first.worker_id,
+                "tick": tick, "token": token,
+            }).rowcount
+        else:  # only if `move` ever sets more on a claim: one compare-and-set per record
+            updates = []
+            for i, (o, n) in enumerate(zip(old, new, strict=True)):
+                params = _swap_params(n, o.version)
+                params["run_tick"] = tick + i
+                params["claim_token"] = token
+                updates.append(params)
+            written = conn.executemany(Q["swap"], updates).rowcount
+        if written != len(old):
+            raise StoreError("a claimed row changed inside the claim's own transaction")
+
+    @staticmethod
+    def _within_caps(conn: sqlite3.Connection, tasks: list[Task]) -> list[Task]:
+        """Candidates in order, skipping those whose capped batch fills up on the way."""
+        batch_ids = {t.batch_id for t in tasks if t.batch_id is not None}
+        if not batch_ids:
+            return tasks
+        room = dict(conn.execute(Q["batch_room"], {"ids": names(tuple(batch_ids))}).fetchall())
+        if not room:
+            return tasks
+        picked = []
+        for task in tasks:
+            left = room.get(task.batch_id)
+            if left is not None:
+                if left <= 0:
+                    continue
+                room[task.batch_id] = left - 1
+            picked.append(task)
+        return picked
+
+    # -- waiting for work ------------------------------------------------------------------
+
+    def _notify_local(self) -> None:
+        with self._work:
+            self._work_gen += 1
+            self._work.notify_all()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block up to `timeout` s until work may have arrived; True if something changed.
+
+        In this process a submit wakes waiters at once; another process's commit is seen by
+        a short poll of ``PRAGMA data_version`` (every `poll_s`), which changes exactly when
+        another connection committed. A True is a hint to claim, not a promise of a task.
+        """
+        conn = self._conn()
+        start = conn.execute("PRAGMA data_version").fetchone()[0]
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._work:
+            gen = self._work_gen
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with self._work:
+                if self._work.wait_for(lambda: self._work_gen != gen, min(left, self.poll_s)):
+                    return not self._closed
+            if conn.execute("PRAGMA data_version").fetchone()[0] != start:
+                return True
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _tasks(self, name: str, params: dict[str, Any] | None = None) -> list[Task]:
+        return [_row_to_task(r) for r in self._conn().execute(Q[name], params or {})]
+
+    def _scalar(self, name: str, params: dict[str, Any]) -> Any:
+        row = self._conn().execute(Q[name], params).fetchone()
+        return None if row is None else row[0]
+
+    def get(self, task_id: str) -> Task | None:
+        row = self._conn().execute(Q["get_task"], {"task_id": task_id}).fetchone()
+        return None if row is None else _row_to_task(row)
+
+    def find(self, id_or_trace: str) -> list[Task]:
+        return self._tasks("find_tasks", {"key": id_or_trace})
+
+    def overdue(self, now: float) -> list[Task]:
+        return self._tasks("overdue", {"now": now})
+
+    def next_deadline(self) -> float | None:
+        return self._scalar("next_deadline", {})
+
+    def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
+        return self._tasks("stale_running", {"now": now, "lease": lease_s})
+
+    def pending_created_before(self, cutoff: float) -> list[Task]:
+        return self._tasks("pending_created_before", {"cutoff": cutoff})
+
+    def next_ready_at(self, now: float) -> float | None:
+        return self._scalar("next_ready_at", {"now": now})
+
+    def dependents(self, task_id: str) -> list[Task]:
+        return self._tasks("dependents", {"task_id": task_id})
+
+    def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
+        out = dict.fromkeys(TaskStatus, 0)
+        if batch_id is None:
+            rows = self._conn().execute(Q["counts"])
+        else:
+            rows = self._conn().execute(Q["counts_batch"], {"batch_id": batch_id})
+        for status, n in rows:
+            out[_STATUS[status]] = n
+        return out
+
+    def get_batch(self, batch_id: str) -> Batch | None:
+        row = self._conn().execute(Q["get_batch"], {"batch_id": batch_id}).fetchone()
+        if row is None:
+            return None
+        return Batch(row[0], row[1], row[2], loads(row[3]))
+
+    def batch_ids(self) -> list[str]:
+        return [r[0] for r in self._conn().execute(Q["batch_ids"])]
+
+    def batch_tasks(
+        self, batch_id: str, statuses: Iterable[TaskStatus] | None = None
+    ) -> list[Task]:
+        if statuses is None:
+            return self._tasks("batch_tasks", {"batch_id": batch_id})
+        wanted = names(tuple(TaskStatus(s).value for s in statuses))
+        return self._tasks("batch_tasks_in", {"batch_id": batch_id, "statuses": wanted})
+
+    def running(self) -> list[Task]:
+        return self._tasks("running")
+
+    def all_tasks(self) -> list[Task]:
+        return self._tasks("all_tasks")
+
+    def __len__(self) -> int:
+        return int(self._scalar("task_count", {}))
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+

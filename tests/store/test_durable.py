@@ -1,0 +1,352 @@
+"""What only the durable stores promise: schema, JSON, URLs, grouped commits, waking idle
+workers, indexed hot queries and closing. The shared behaviour is in test_contract.py."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+
+from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.task import Task, move
+from taskfuse.store import PayloadError, StoreError, StoreUnavailable, StoreURLError, open_store
+from taskfuse.store.sql import STATUS_VALUES, load_queries
+from tests.store.backends import (
+    DURABLE,
+    PG_URL,
+    drop_schema,
+    need_pg,
+    new_schema,
+    pg_url,
+    postgres_store,
+    sqlite_store,
+)
+
+
+@pytest.fixture(params=sorted(DURABLE))
+def store(request, tmp_path):
+    with DURABLE[request.param](tmp_path) as made:
+        yield made
+
+
+def T(task_id: str, **kw) -> Task:
+    kw.setdefault("trace_id", f"tr-{task_id}")
+    return Task(task_id=task_id, kind="k", **kw)
+
+
+# -- schema ----------------------------------------------------------------------------------
+
+
+def _check_list(store) -> list[str]:
+    """The status values the database's CHECK constraint allows, read back from the database."""
+    if store.__class__.__name__ == "SQLiteStore":
+        (ddl,) = store._conn().execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'tasks'").fetchone()
+    else:
+        ddl = store._run(lambda c, _: c.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conname = 'tasks_status_check' AND connamespace = %s::regnamespace",
+            [store.schema]).fetchone()[0])
+    clause = re.search(r"status\)?\s+(?:IN|=\s*ANY)\s*\((.*?)\)\)?", ddl, re.S | re.I)
+    assert clause, ddl
+    return re.findall(r"'([A-Z_]+)'", clause.group(1))
+
+
+def test_status_check_lists_exactly_the_python_enum(store) -> None:
+    assert sorted(_check_list(store)) == sorted(STATUS_VALUES) == sorted(s.value for s in
+                                                                        TaskStatus)
+
+
+def test_the_database_refuses_a_status_outside_the_enum(store) -> None:
+    store.insert([T("a")])
+    if store.__class__.__name__ == "SQLiteStore":
+        import sqlite3
+
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            store._conn().execute("UPDATE tasks SET status = 'LOST' WHERE task_id = 'a'")
+    else:
+        import psycopg
+
+        with pytest.raises(psycopg.errors.CheckViolation):
+            store._run(lambda c, _: c.execute(
+                "UPDATE tasks SET status = 'LOST' WHERE task_id = 'a'"))
+    assert store.get("a").status is TaskStatus.PENDING
+
+
+def test_migrations_are_recorded_and_reopening_applies_nothing_twice(tmp_path) -> None:
+    from taskfuse.store.sqlite import SQLiteStore
+
+    path = tmp_path / "t.db"
+    with SQLiteStore(path) as first:
+        first.insert([T("a")])
+        version = first.schema_version()
+    assert version >= 1
+    with SQLiteStore(path) as again:
+        assert again.schema_version() == version
+        assert again.get("a") is not None
+
+
+def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = new_schema()
+    opened: list[PostgresStore] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            opened.append(PostgresStore(pg_url(schema), pool_max=1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        versions = {s.schema_version() for s in opened}
+        assert versions == {2}  # 0001 tasks, 0002 fleet limits
+        rows = opened[0]._run(lambda c, _: c.execute(
+            "SELECT version, name FROM taskfuse_migrations ORDER BY version").fetchall())
+        assert rows == [(1, "tasks"), (2, "fleet_limits")]
+    finally:
+        for s in opened:
+            s.close()
+        drop_schema(schema)
+
+
+def test_every_named_query_is_used_or_documented() -> None:
+    import pathlib
+
+    import taskfuse.store as pkg
+
+    code = "".join(p.read_text() for p in pathlib.Path(pkg.__file__).parent.glob("*.py"))
+    for dialect in ("sqlite", "postgres"):
+        unused = [n for n in load_queries(dialect) if f'"{n}"' not in code]
+        assert not unused, f"{dialect}: queries nobody runs: {unused}"
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [{1, 2}, object(), float("nan"), {"when": time}])
+def test_unserializable_payload_names_the_task_and_writes_nothing(store, bad) -> None:
+    with pytest.raises(PayloadError, match=r"'t-bad'.*payload") as info:
+        store.insert([T("ok-1"), T("t-bad", payload=bad), T("ok-2")])
+    assert isinstance(info.value, StoreError)
+    assert info.value.task_id == "t-bad"
+    assert store.all_tasks() == []
+
+
+def test_unserializable_result_refuses_the_move_and_writes_nothing(store) -> None:
+    store.insert([T("a")])
+    [a] = store.claim("w", 1.0, 1)
+    with pytest.raises(PayloadError, match=r"'a'.*result"):
+        store.swap(move(a, TaskEvent.SUCCEED, 2.0, result={"x": {1, 2}}), a.version)
+    assert store.get("a") == a
+
+
+# -- URLs and errors -------------------------------------------------------------------------
+
+
+def test_open_store_opens_each_durable_store_by_url(tmp_path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/by-url.db?synchronous=NORMAL")
+    try:
+        assert store.__class__.__name__ == "SQLiteStore"
+        assert store.synchronous == "NORMAL"
+        assert (tmp_path / "by-url.db").exists()
+    finally:
+        store.close()
+    need_pg()
+    schema = new_schema()
+    store = open_store(pg_url(schema))
+    try:
+        assert store.__class__.__name__ == "PostgresStore" and store.schema == schema
+        store.insert([T("a")])
+        assert store.get("a") is not None
+    finally:
+        store.close()
+        drop_schema(schema)
+
+
+@pytest.mark.parametrize("url", ["mysql://u:pw@h/db", "sqlite://", "sqlite:///x.db?journal=1",
+                                 "postgresql://u:s3cret@h/db?schema=Bad-Name"])
+def test_bad_urls_are_refused_without_showing_credentials(url) -> None:
+    with pytest.raises(StoreURLError) as info:
+        open_store(url)
+    assert "s3cret" not in str(info.value) and "pw@" not in str(info.value)
+
+
+def test_unreachable_postgres_is_a_clear_error_without_the_password(caplog) -> None:
+    from taskfuse.store.postgres import PostgresStore
+
+    url = "postgresql://admin:s3cret-pw@127.0.0.1:1/test?connect_timeout=2"
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="cannot reach PostgreSQL") as info:
+        PostgresStore(url)
+    assert time.monotonic() - started < 10
+    assert "s3cret-pw" not in str(info.value) and "admin:***@127.0.0.1:1" in str(info.value)
+    assert "s3cret-pw" not in caplog.text
+
+
+def test_a_store_refuses_work_after_close(store) -> None:
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.insert([T("a")])
+
+
+# -- grouped commits -------------------------------------------------------------------------
+
+
+def test_swap_many_checks_each_move_on_its_own(store) -> None:
+    store.insert([T("up"), T("b"), T("c"), T("child", depends_on=("up",))])
+    claimed = {t.task_id: t for t in store.claim("w", 1.0, 3)}
+    stale = claimed["c"]
+    assert store.swap(move(stale, TaskEvent.CANCEL, 1.5), stale.version)  # c moved on
+    answers = store.swap_many([
+        (move(claimed["up"], TaskEvent.SUCCEED, 2.0, result=1), claimed["up"].version),
+        (move(claimed["b"], TaskEvent.RETRY, 2.0, not_before=5.0), claimed["b"].version),
+        (move(stale, TaskEvent.SUCCEED, 2.0), stale.version),
+    ])
+    assert answers == [True, True, False]
+    assert store.get("c").status is TaskStatus.CANCELED
+    assert [t.task_id for t in store.claim("w", 3.0, 5)] == ["child"]  # up's SUCCESS released it
+    assert store.next_ready_at(3.0) == 5.0
+    assert store.swap_many([]) == []
+
+
+def test_swap_many_with_a_bad_result_writes_none_of_the_group(store) -> None:
+    store.insert([T("a"), T("b")])
+    a, b = store.claim("w", 1.0, 2)
+    with pytest.raises(PayloadError, match="'b'"):
+        store.swap_many([(move(a, TaskEvent.SUCCEED, 2.0), a.version),
+                         (move(b, TaskEvent.SUCCEED, 2.0, result=object()), b.version)])
+    assert store.counts()[TaskStatus.RUNNING] == 2
+
+
+# -- waking idle workers ---------------------------------------------------------------------
+
+
+def _wakes_on_submit(waiter, submitter) -> float:
+    """Seconds between a submit through `submitter` and `waiter.wait_for_work` returning."""
+    waiter.wait_for_work(0.01)  # let the waiter subscribe / read its starting point
+    woke: list[float] = []
+
+    def wait() -> None:
+        if waiter.wait_for_work(5.0):
+            woke.append(time.monotonic())
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.2)
+    sent = time.monotonic()
+    submitter.insert([T(f"wake-{sent}")])
+    thread.join(6.0)
+    assert woke, "wait_for_work never woke"
+    return woke[0] - sent
+
+
+def test_wait_for_work_times_out_quietly_when_nothing_happens(store) -> None:
+    started = time.monotonic()
+    assert store.wait_for_work(0.3) is False
+    assert 0.25 <= time.monotonic() - started < 2.0
+
+
+def test_postgres_wakes_an_idle_worker_of_another_store_by_notify(tmp_path) -> None:
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    with postgres_store() as submitter:
+        waiter = PostgresStore(pg_url(submitter.schema), pool_max=1)
+        try:
+            assert _wakes_on_submit(waiter, submitter) < 1.5  # woken, not timed out (5 s)
+        finally:
+            waiter.close()
+
+
+def test_sqlite_wakes_an_idle_worker_of_another_connection(tmp_path) -> None:
+    from taskfuse.store.sqlite import SQLiteStore
+
+    with sqlite_store(tmp_path) as submitter, SQLiteStore(submitter.path) as waiter:
+        assert _wakes_on_submit(waiter, submitter) < 1.5  # woken, not timed out (5 s)
+        assert _wakes_on_submit(submitter, submitter) < 1.5  # same store, another thread
+
+
+# -- hot queries use their indexes -----------------------------------------------------------
+
+
+HOT = {
+    "claim_candidates": ("tasks_ready", {"now": 1.0, "blocked": "[]", "n": 32}),
+    "next_ready_at": ("tasks_delayed", {"now": 1.0}),
+    "overdue": ("tasks_deadline", {"now": 1.0}),
+    "next_deadline": ("tasks_deadline", {}),
+    "pending_created_before": ("tasks_status", {"cutoff": 1.0}),
+    "get_task": ("task_id", {"task_id": "x"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOT))
+def test_sqlite_hot_queries_search_an_index_and_never_sort(tmp_path, name) -> None:
+    from taskfuse.store.sqlite import Q
+
+    index, params = HOT[name]
+    with sqlite_store(tmp_path) as store:
+        store.insert([T(f"t{i}", not_before=float(i % 7), priority=i % 3) for i in range(300)])
+        store._conn().execute("ANALYZE")
+        plan = " | ".join(r[3] for r in store._conn().execute("EXPLAIN QUERY PLAN " + Q[name],
+                                                              params))
+    assert index in plan, plan
+    assert "SCAN tasks" not in plan.replace("SCAN t USING", ""), plan
+    # Sorting is allowed only among the rows the index range found (overdue: ties on the
+    # deadline are ordered by claim), never a sort of the table.
+    assert "TEMP B-TREE" not in plan.replace("TEMP B-TREE FOR RIGHT PART", ""), plan
+
+
+@pytest.mark.parametrize("name", sorted(HOT))
+def test_postgres_hot_queries_use_their_index_on_a_large_table(name) -> None:
+    from taskfuse.store.postgres import Q
+
+    index, params = HOT[name]
+    params = {**params, "blocked": []} if "blocked" in params else params
+    with postgres_store(pool_max=1) as store:
+        def plan(conn, _):
+            conn.execute(
+                "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
+                "max_retry, timeout, created_at, not_before, started_at, priority) "
+                "SELECT 'b' || i, 'k', 't', (ARRAY['SUCCESS','PENDING','RUNNING'])[i % 3 + 1],"
+                " 0, 0, 0, 60, i, CASE WHEN i % 5 = 0 THEN i END, i, i % 3 "
+                "FROM generate_series(1, 20000) AS i")
+            conn.execute("ANALYZE tasks")
+            rows = conn.execute("EXPLAIN " + Q[name], params).fetchall()
+            return "\n".join(r[0] for r in rows)
+
+        text = store._run(plan)
+    key = "tasks_pkey" if index == "task_id" else index
+    assert key in text, text
+    assert "Seq Scan on tasks" not in text, text
+
+
+# -- URL of the default test database is the one the environment gives ----------------------
+
+
+def test_the_test_database_url_comes_from_the_environment() -> None:
+    import os
+
+    assert os.environ.get("TASKFUSE_PG_URL",
+                                    "postgresql://postgres@127.0.0.1:5432/test") == PG_URL
+
+
+def test_a_value_the_database_refuses_is_a_store_error_and_writes_nothing(store) -> None:
+    payload = {"note": "nul \u0000 inside"}  # valid JSON; PostgreSQL's jsonb refuses it
+    if store.__class__.__name__ == "SQLiteStore":
+        store.insert([T("a", payload=payload)])
+        assert store.get("a").payload == payload
+        return
+    with pytest.raises(StoreError, match="refused a value"):
+        store.insert([T("a", payload=payload), T("b")])
+    assert store.all_tasks() == []
