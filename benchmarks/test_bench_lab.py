@@ -25,7 +25,8 @@ ROUNDS = {3_000: 5, 30_000: 3, 300_000: 1}
 
 def _scenario(n: int):
     return load_scenario("scenarios/incident.yaml",
-                         ["business.breaker=null", f"batches.skus.count={n}"])
+                         ["business.breaker=null", f"batches.skus.count={n}",
+                          f"horizon_s={max(3600, n)}"])
 
 
 @pytest.mark.parametrize("n", SIZES)

@@ -11,6 +11,7 @@
     lab compare FILE [--time-scale F] [--tolerance X]
     lab schema                     the scenario format as JSON Schema
     lab watch TRACE [--follow]     the terminal monitor on a recorded or running trace
+    lab watch --store URL          the whole fleet live, read from its store
 
 Exit codes: 0 ok; 1 an SLO declared in the scenario was broken (for `lab size`: no point of
 the space keeps every SLO); 2 bad input (one line on stderr saying what, where and what was
@@ -67,8 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     _loadtest_parsers(sub)
     sub.add_parser("schema", help="print the scenario format as JSON Schema")
 
-    watch = sub.add_parser("watch", help="open the terminal monitor on a trace")
-    watch.add_argument("trace", help="a trace file written by lab simulate or a real run")
+    watch = sub.add_parser("watch", help="open the terminal monitor on a trace or a store")
+    source = watch.add_mutually_exclusive_group(required=True)
+    source.add_argument("trace", nargs="?", default=None,
+                        help="a trace file written by lab simulate or a real run")
+    source.add_argument("--store", metavar="URL", default=None,
+                        help="watch the whole fleet live from its store: sqlite:///PATH or "
+                             "postgresql://...")
     watch.add_argument("--follow", action="store_true", help="follow a trace being written")
     watch.add_argument("--speed", type=float, default=1.0, help="replay speed factor")
     return parser
@@ -470,6 +476,14 @@ def watch(args: argparse.Namespace) -> int:
     except ImportError as exc:  # pragma: no cover - the monitor ships with the package
         print(f"lab: the terminal monitor is not available: {exc}", file=sys.stderr)
         return 2
+    if args.store is not None:
+        if args.follow or args.speed != 1.0:
+            print("lab: --follow and --speed apply to a trace, not to --store",
+                  file=sys.stderr)
+            return 2
+        from tui.app import run_fleet
+
+        return run_fleet(args.store)
     return run_watch(args.trace, follow=args.follow, speed=args.speed)
 
 

@@ -368,3 +368,21 @@ def run_watch(
         return 2
     result = app.run()
     return 0 if result is None else int(result)
+
+
+def run_fleet(url: str, poll_s: float = 1.0, theme: str | None = None) -> int:
+    """Watch a whole fleet live from its store; 2 (one line on stderr) if it cannot be read."""
+    from tui.fleet_app import FleetOpenError, open_fleet
+
+    try:
+        app = open_fleet(url, poll_s=poll_s, theme=theme)
+    except FleetOpenError as exc:
+        print(f"watch: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = app.run()
+    finally:
+        close = getattr(app.store, "close", None)
+        if close is not None:
+            close()
+    return 0 if result is None else int(result)

@@ -1,0 +1,206 @@
+"""The fleet view (`lab watch --store URL`): Pilot drives it over real stores that change
+between polls. Polls are started by the test (`poll_now` + `wait_idle`), never by sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from lab.cli import main as lab_main
+from taskfuse.core.scheduler import Scheduler, Work
+from taskfuse.core.task import Outcome, TaskSpec
+from taskfuse.store import open_store
+from tests.tui.test_app_pilot import text_of
+from tui.fleet_app import FleetApp, open_fleet
+from tui.screens.fleet import FleetScreen, FleetTaskScreen
+from tui.widgets.batches import BatchPanel
+from tui.widgets.fleet import FleetBar, RunningTable, StatesPanel
+from tui.widgets.overview import OverviewPanel
+
+PG_URL = os.environ.get("TASKFUSE_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+NOW = 1_000_000.0
+
+
+class Clock:
+    """The wall clock the app and the scheduler share, moved by the test."""
+
+    def __init__(self) -> None:
+        self.t = NOW
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def fill(url: str, clock: Clock) -> Scheduler:
+    """Five tasks in batch b1, three claimed by two workers, one of those done."""
+    sched = Scheduler(open_store(url))
+    specs = [TaskSpec("email", task_id=f"t{k}", trace_id=f"tr{k}", max_retry=0)
+             for k in range(5)]
+    sched.submit_batch(specs, clock(), "b1")
+    for worker, n in (("w-1", 2), ("w-2", 1)):
+        work = sched.claim(worker, clock(), n)
+        assert isinstance(work, Work)
+    done = sched.store.get("t0")
+    assert done is not None
+    sched.complete(done, Outcome(True), clock())
+    return sched
+
+
+def drive(app: FleetApp, scenario: Callable[[FleetApp, Pilot[int]], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await app.wait_idle()
+            await pilot.pause()
+            await scenario(app, pilot)
+
+    asyncio.run(main())
+
+
+async def poll(app: FleetApp, pilot: Pilot[int]) -> None:
+    app.poll_now()
+    await app.wait_idle()
+    await pilot.pause()
+
+
+def board(app: FleetApp) -> FleetScreen:
+    screen = app.screen
+    assert isinstance(screen, FleetScreen)
+    return screen
+
+
+def check_live_board(url: str, clock: Clock) -> None:
+    sched = fill(url, clock)
+    app = open_fleet(url, poll_s=3600, clock=clock)
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        s = board(app)
+        states = text_of(s.query_one(StatesPanel))
+        assert "PENDING 2" in states and "RUNNING 2" in states and "SUCCESS 1" in states
+        table = s.query_one(RunningTable)
+        assert table.row_count == 2
+        assert {str(table.get_row(k)[6]) for k in ("t1", "t2")} == {"w-1", "w-2"}
+        batches = text_of(s.query_one(BatchPanel))
+        assert "b1" in batches and "RUNNING" in batches and "20%" in batches
+        assert "queue 2" in text_of(s.query_one(OverviewPanel))
+
+        # the fleet moves on: every task ends, one of them failed for good
+        clock.t += 30
+        for worker in ("w-3",):
+            sched.claim(worker, clock(), 5)
+        for task in sched.store.running():
+            ok = task.task_id != "t4"
+            sched.complete(task, Outcome(ok, error_kind=None if ok else "fatal",
+                                         error_msg=None if ok else "bad input"), clock())
+        await poll(app, pilot)
+        states = text_of(s.query_one(StatesPanel))
+        assert "PENDING 0" in states and "RUNNING 0" in states
+        assert "SUCCESS 4" in states and "FAILED 1" in states, states
+        assert s.query_one(RunningTable).row_count == 0
+        assert "PARTIAL_SUCCESS" in text_of(s.query_one(BatchPanel))
+        overview = text_of(s.query_one(OverviewPanel))
+        assert "queue 0" in overview and "done 5/5" in overview, overview
+        assert len(app.model.timeline.times) == 2  # two polls: the charts' samples
+
+        # lookup by trace_id shows the task's record, esc goes back
+        await pilot.press("slash", *"tr4", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, FleetTaskScreen)
+        assert app.screen.found[0][2] == ("state", "FAILED")
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_fleet_view_follows_a_sqlite_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    check_live_board(url, Clock())
+
+
+def test_running_tasks_show_their_age_and_a_lost_store_is_shown_not_raised(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    app = open_fleet(url, poll_s=3600, clock=clock)
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        clock.t += 75
+        await poll(app, pilot)
+        row = board(app).query_one(RunningTable).get_row("t1")
+        assert str(row[2]) == "1:15.0"  # age of a task claimed 75 s ago
+        await pilot.press("enter")  # on the RUNNING table: look the highlighted task up
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, FleetTaskScreen)
+        assert dict(app.screen.found[0])["worker"] in ("w-1", "w-2")
+        await pilot.press("escape")
+        app.store.close()  # type: ignore[attr-defined]
+        await poll(app, pilot)
+        bar = text_of(board(app).query_one(FleetBar))
+        assert bar.startswith("ERROR SQLiteStore"), bar
+        assert app.error is not None and "closed" in app.error
+        assert board(app).query_one(RunningTable).row_count == 2  # the last good poll stays
+
+    try:
+        drive(app, scenario)
+    finally:
+        sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_fleet_view_follows_a_postgres_store() -> None:
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and PostgreSQL is unreachable: {exc}", pytrace=False)
+        pytest.skip(f"PostgreSQL is unreachable: {exc}")
+    schema = f"tft_{uuid.uuid4().hex[:16]}"
+    url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}"
+    try:
+        check_live_board(url, Clock())
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(schema)))
+
+
+@pytest.mark.parametrize("url, said", [
+    ("postgresql://ops:hunter2@127.0.0.1:1/x", "cannot reach"),
+    ("mongodb://ops:hunter2@host/x", "unknown store URL scheme"),
+    ("sqlite:///{tmp}/missing.db", "no such SQLite store file"),
+    ("memory://", "inside one process"),
+])
+def test_a_store_that_cannot_be_watched_is_one_line_and_exit_2(
+        url: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = lab_main(["watch", "--store", url.format(tmp=tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert said in err and "hunter2" not in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_watch_needs_exactly_one_of_a_trace_and_a_store(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["watch"], ["watch", "x.trace", "--store", "sqlite:///x.db"]):
+        with pytest.raises(SystemExit) as exit_:
+            lab_main(argv)
+        assert exit_.value.code == 2
+    capsys.readouterr()
