@@ -533,16 +533,20 @@ def _list_index(items: list[Any], part: str) -> int | None:
     return None
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read, override and validate a scenario; any problem is a ScenarioError (one line)."""
+def read_scenario_text(path: str | Path) -> str:
+    """A scenario file's text; a missing or unreadable file is a ScenarioError (one line)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        return p.read_text()
     except FileNotFoundError:
         raise ScenarioError(f"{p}: no such scenario file") from None
     except OSError as exc:
         raise ScenarioError(f"{p}: cannot read: {exc.strerror}") from None
-    return parse_scenario(text, str(p), overrides)
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario; any problem is a ScenarioError (one line)."""
+    return parse_scenario(read_scenario_text(path), str(path), overrides)
 
 
 def parse_scenario(text: str, source: str = "<scenario>",

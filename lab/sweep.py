@@ -41,7 +41,7 @@ from pydantic import BaseModel
 
 from lab.executors import Executor
 from lab.metrics_expr import metric_value
-from lab.scenario import Scenario, ScenarioError, parse_scenario
+from lab.scenario import Scenario, ScenarioError, parse_scenario, read_scenario_text
 
 Point = tuple[Any, ...]
 Report = dict[str, Any]
@@ -234,14 +234,8 @@ class Plan:
     def from_file(cls, path: str | Path, overrides: Sequence[str], vary: Sequence[str],
                   seeds: int = 1, seed: int | None = None) -> Plan:
         """Read and check everything up front, so bad input fails before any run."""
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except FileNotFoundError:
-            raise ScenarioError(f"{p}: no such scenario file") from None
-        except OSError as exc:
-            raise ScenarioError(f"{p}: cannot read: {exc.strerror}") from None
-        return cls.from_text(text, str(p), overrides, vary, seeds, seed)
+        text = read_scenario_text(path)
+        return cls.from_text(text, str(path), overrides, vary, seeds, seed)
 
     @classmethod
     def from_text(cls, text: str, source: str, overrides: Sequence[str], vary: Sequence[str],

@@ -17,6 +17,7 @@ from lab.loadtest.client import CallStats
 from lab.loadtest.clock import Clock
 from lab.loadtest.pools import RealPool
 from lab.scenario import Scenario
+from lab.sim import RunStats
 from taskfuse.core.breaker import BreakerState, CircuitBreaker
 from taskfuse.core.guard import Guard
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
@@ -123,17 +124,7 @@ class _Scheduler:
     store: StoreView
 
 
-@dataclass
-class Stats:
-    """RunStats of the simulator, filled from the real run."""
-
-    attempts: int = 0
-    first_waits: list[float] = field(default_factory=list)
-    lost_races: int = 0
-    deferred: int = 0
-    submitted: int = 0
-    duplicates: int = 0
-    crashed_workers: int = 0
+Stats = RunStats  # the simulator's counters, filled from the real run
 
 
 @dataclass

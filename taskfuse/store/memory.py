@@ -241,14 +241,27 @@ class MemoryStore:
         return found
 
     def overdue(self, now: float) -> list[Task]:
-        heap = self._deadlines
+        return self._due(self._deadlines, now, _RUNNING)
+
+    def _due(
+        self, heap: list[tuple[float, int, str, int]], cutoff: float, status: TaskStatus
+    ) -> list[Task]:
+        """Tasks of `status` whose heap key is below `cutoff`, oldest first.
+
+        A repeatable query, as on a database: stale entries are dropped, live ones are put
+        back (the caller's move will make them stale).
+        """
         tasks = self._tasks
         out: list[Task] = []
-        while heap and heap[0][0] < now:
-            _, _, task_id, version = heapq.heappop(heap)
-            task = tasks[task_id]
-            if task.version == version and task.status is _RUNNING:
+        keep = []
+        while heap and heap[0][0] < cutoff:
+            entry = heapq.heappop(heap)
+            task = tasks[entry[2]]
+            if task.version == entry[3] and task.status is status:
                 out.append(task)
+                keep.append(entry)
+        for entry in keep:
+            heapq.heappush(heap, entry)
         return out
 
     def next_deadline(self) -> float | None:
@@ -285,15 +298,7 @@ class MemoryStore:
                 if t.status is _PENDING
             ]
             heapq.heapify(self._pending_age)
-        heap = self._pending_age
-        tasks = self._tasks
-        out: list[Task] = []
-        while heap and heap[0][0] < cutoff:
-            _, _, task_id, version = heapq.heappop(heap)
-            task = tasks[task_id]
-            if task.version == version and task.status is _PENDING:
-                out.append(task)
-        return out
+        return self._due(self._pending_age, cutoff, _PENDING)
 
     def next_ready_at(self, now: float) -> float | None:
         delayed = self._delayed

@@ -86,6 +86,7 @@ def test_watchdog_and_sweeper_queries(store) -> None:
     assert len(store.claim("w", 0.0, 2)) == 2
     assert store.next_deadline() == 2.0
     assert [t.task_id for t in store.overdue(2.5)] == ["a"]
+    assert [t.task_id for t in store.overdue(2.5)] == ["a"]  # a query: asking twice is fine
     assert store.heartbeat("b", "w", 50.0)
     assert not store.heartbeat("b", "someone-else", 50.0)
     stale = lambda now, lease: sorted(t.task_id for t in store.stale_running(now, lease))  # noqa: E731
