@@ -12,6 +12,21 @@ driver owns::
     def sync_sku(ctx, payload):
         with ctx.downstream("partner"):
             return call_partner(payload["sku"])
+
+Fleet-wide limits. A partner's limits are for everyone who calls it, but the fuses above live
+in one process: four workers with ``bulkhead=14`` allow 56 calls at once. Two ways out:
+
+* ``scope="fleet"`` (PostgreSQL stores only): the bulkhead and the rate are shared by every
+  runner on the database, as leased permit rows and one token bucket row
+  (`taskfuse.store.limits`). A killed worker's permit expires after ``lease_s``; a release
+  wakes waiters in every process. The fleet bulkhead and bucket *replace* the in-process
+  bucket and *add to* an in-process bulkhead of the same size, which only queues this
+  process's threads (FIFO, and at most ``bulkhead`` of them asking the database); the breaker
+  stays per process. Any other store is refused when the Runner is built, naming the
+  downstream.
+* ``scope="process"`` with ``instances=N`` (any store): each process takes its share,
+  bulkhead ``floor(limit / N)`` (at least 1) and rate / N. No coordination, but N must follow
+  the deployment's size.
 """
 
 from __future__ import annotations
@@ -20,7 +35,7 @@ import random
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from taskfuse.core.breaker import BreakerConfig, CircuitBreaker
 from taskfuse.core.bulkhead import Bulkhead
@@ -32,8 +47,10 @@ from taskfuse.core.scheduler import Scheduler, SchedulerConfig
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import TaskSpec
 from taskfuse.runtime.errors import RUNTIME_FATAL, RuntimeConfigError, UnknownKind
+from taskfuse.runtime.fleet import FleetLimits, build_fleet
 
 F = TypeVar("F", bound=Callable[..., Any])
+Scope = Literal["process", "fleet"]
 
 #: A worker renews the lease of each task it runs every DEFAULT_LEASE_S / 3 seconds; the
 #: sweeper treats a task whose lease is older than this as orphaned.
@@ -61,13 +78,45 @@ class DownstreamConfig:
     rate: float | None = None
     burst: float | None = None
     breaker: BreakerConfig | None = None
+    #: "process": the limits hold per driver; "fleet": across every process on PostgreSQL.
+    scope: Scope = "process"
+    #: With scope "process": how many processes share the limits (each takes its share).
+    instances: int = 1
+    #: With scope "fleet": how long a dead holder's permit stays blocked (renewed while alive).
+    lease_s: float = DEFAULT_LEASE_S
+
+    @property
+    def fleet(self) -> bool:
+        return self.scope == "fleet"
+
+    def validate(self) -> None:
+        """Refuse contradictory options now rather than at the first call (ValueError)."""
+        if self.scope not in ("process", "fleet"):
+            raise ValueError(f"scope must be 'process' or 'fleet', got {self.scope!r}")
+        if self.instances < 1:
+            raise ValueError(f"instances must be >= 1, got {self.instances!r}")
+        if self.fleet and self.instances != 1:
+            raise ValueError("instances is for scope='process'; a fleet limit is already shared")
+        if self.fleet and self.bulkhead is None and self.rate is None:
+            raise ValueError("scope='fleet' needs a bulkhead or a rate to share")
+        if not self.lease_s > 0:
+            raise ValueError(f"lease_s must be > 0, got {self.lease_s!r}")
+        self.build(0.0)
 
     def build(self, now: float) -> Guard:
-        """Fresh fuse objects for one driver (they hold state, so drivers never share them)."""
-        bulkhead = None if self.bulkhead is None else Bulkhead[Any](self.bulkhead, self.name)
+        """Fresh fuse objects for one driver (they hold state, so drivers never share them).
+
+        Limits are this process's share; for a fleet scope the in-process bulkhead only
+        queues local threads and the bucket is the fleet's (see the module doc).
+        """
+        limit = self.bulkhead
+        if limit is not None and self.instances > 1:
+            limit = max(1, limit // self.instances)
+        bulkhead = None if limit is None else Bulkhead[Any](limit, self.name)
         bucket = None
-        if self.rate is not None:
-            bucket = TokenBucket(self.rate, self.burst or 1.0, start=now)
+        if self.rate is not None and not self.fleet:
+            burst = max(1.0, (self.burst or 1.0) / self.instances)
+            bucket = TokenBucket(self.rate / self.instances, burst, start=now)
         breaker = CircuitBreaker(self.breaker, self.name) if self.breaker is not None else None
         return Guard(self.name, bulkhead=bulkhead, bucket=bucket, breaker=breaker)
 
@@ -127,11 +176,19 @@ class App:
         rate: float | None = None,
         burst: float | None = None,
         breaker: BreakerConfig | None = None,
+        scope: Scope = "process",
+        instances: int = 1,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> DownstreamConfig:
-        """Configure the fuses of a downstream; validated now, built per driver later."""
-        config = DownstreamConfig(name, bulkhead, rate, burst, breaker)
+        """Configure the fuses of a downstream; validated now, built per driver later.
+
+        `bulkhead`, `rate` and `burst` are the downstream's limits. ``scope="fleet"`` holds
+        them across all processes on a PostgreSQL store; ``instances=N`` gives each of N
+        processes its share instead (see the module doc).
+        """
+        config = DownstreamConfig(name, bulkhead, rate, burst, breaker, scope, instances, lease_s)
         try:
-            config.build(0.0)
+            config.validate()
         except ValueError as exc:
             raise RuntimeConfigError(f"downstream {name!r}: {exc}") from None
         self.downstreams[name] = config
@@ -156,6 +213,10 @@ class App:
         return TaskSpec(kind, payload, **fields)
 
     # -- building a driver's core ----------------------------------------------------------
+
+    def fleet_limits(self, store: Store) -> dict[str, FleetLimits]:
+        """The fleet-scoped fuses on `store`; RuntimeConfigError if it cannot hold them."""
+        return {ds.name: build_fleet(ds, store) for ds in self.downstreams.values() if ds.fleet}
 
     def scheduler(
         self,

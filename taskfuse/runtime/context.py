@@ -33,7 +33,9 @@ from taskfuse.runtime.errors import (
 )
 
 if TYPE_CHECKING:
+    from taskfuse.runtime.fleet import FleetLimits
     from taskfuse.runtime.threads import Runner
+    from taskfuse.store.limits import Permit
 
 #: Slack added to a task's deadline when waiting for a bulkhead permit, so the watchdog (which
 #: stops the task) normally wins over the wait's own bound.
@@ -217,13 +219,15 @@ class DownstreamCall:
     raising DownstreamRejected, which defers the task without using an attempt.
     """
 
-    __slots__ = ("_ctx", "_guard", "_permit", "_start")
+    __slots__ = ("_ctx", "_fleet", "_fleet_permit", "_guard", "_permit", "_start")
 
     def __init__(self, ctx: TaskContext, guard: Guard) -> None:
         self._ctx = ctx
         self._guard = guard
         self._permit = _Permit()
         self._start = 0.0
+        self._fleet: FleetLimits | None = ctx._runner.fleet.get(guard.name)
+        self._fleet_permit: Permit | None = None
 
     def __enter__(self) -> DownstreamCall:
         runner, guard, permit = self._ctx._runner, self._guard, self._permit
@@ -238,8 +242,59 @@ class DownstreamCall:
             answer = self._wait_for_permit()
         if isinstance(answer, Pace):
             self._pace(answer.wait)
+        if self._fleet is not None:
+            try:
+                self._enter_fleet(self._fleet)
+            except BaseException:
+                self._release_fleet()
+                with runner.lock:
+                    self._give_back(queued=False)
+                raise
         self._start = time.monotonic()
         return self
+
+    def _enter_fleet(self, fleet: FleetLimits) -> None:
+        """After the process-local admission: the fleet permit, then the fleet's pacing.
+
+        Waiting is the store's (woken by a release in any process), bounded like a local
+        permit wait by the task's deadline, and cut short by a stop.
+        """
+        ctx, runner = self._ctx, self._ctx._runner
+        if fleet.bulkhead is not None:
+            holder = f"{runner.worker_id}/{ctx.task_id}"
+            self._fleet_permit = fleet.try_acquire(holder)
+            if self._fleet_permit is None:
+                began = time.monotonic()
+                bound = max(0.0, ctx.deadline - runner.clock()) + PERMIT_WAIT_SLACK_S
+                self._fleet_permit = fleet.acquire(holder, began + bound, lambda: ctx.stopped)
+                if self._fleet_permit is None:
+                    self._no_permit()
+                with runner.lock:
+                    runner.emit_wait(ctx.task, self._guard.name, time.monotonic() - began,
+                                     runner.clock())
+        wait = fleet.reserve()
+        if wait > 0 and ctx.wait_stop(wait):
+            raise TaskCanceled(f"stopped while pacing for downstream {self._guard.name!r}")
+
+    def _no_permit(self) -> None:
+        name = self._guard.name
+        if self._ctx.stopped:
+            raise TaskCanceled(f"stopped while waiting for fleet downstream {name!r}")
+        raise TimeoutError(f"no fleet permit for downstream {name!r} before the deadline")
+
+    def _release_fleet(self) -> None:
+        """Give the fleet permit back (outside the runner lock: it is a database call).
+
+        A failure is only logged: the lease lapses on its own, so the permit is not leaked.
+        """
+        permit, self._fleet_permit = self._fleet_permit, None
+        if permit is None or self._fleet is None:
+            return
+        try:
+            self._fleet.release(permit)
+        except Exception:
+            self._ctx.logger.warning("could not release a fleet permit of %r; it will lapse",
+                                     self._guard.name, exc_info=True)
 
     def _wait_for_permit(self) -> Any:
         ctx, runner, permit = self._ctx, self._ctx._runner, self._permit
@@ -284,6 +339,7 @@ class DownstreamCall:
     ) -> None:
         latency = time.monotonic() - self._start
         ok = exc_type is None
+        self._release_fleet()
         runner = self._ctx._runner
         with runner.lock:
             now = runner.clock()

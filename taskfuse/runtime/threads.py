@@ -46,6 +46,7 @@ from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.app import App
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.errors import RESULT_ERROR, TaskError, outcome_of
+from taskfuse.runtime.fleet import FleetLimits
 from taskfuse.store.memory import MemoryStore
 
 log = logging.getLogger("taskfuse.runtime")
@@ -102,6 +103,9 @@ class Runner:
         self.worker_id = worker_id or default_worker_id()
         self.clock = clock
         self.lock = threading.Lock()
+        #: Fleet-scoped downstream fuses by name; built first so a store that cannot hold
+        #: them is refused before anything starts.
+        self.fleet: dict[str, FleetLimits] = app.fleet_limits(store)
         self.scheduler: Scheduler = app.scheduler(store, sinks=sinks, now=clock())
         self.stats = RunnerStats()
         # In-process store: every change goes through this runner, so waits need no bound.
@@ -115,6 +119,9 @@ class Runner:
         self._watchdog_s = watchdog_s
         lease = app.config.lease_s
         self._heartbeat_s = heartbeat_s or (lease / 3 if lease else 10.0)
+        for ds in app.downstreams.values():  # held fleet permits are renewed by the heartbeat
+            if ds.fleet:
+                self._heartbeat_s = min(self._heartbeat_s, ds.lease_s / 3)
         self._trace_path = Path(trace) if trace is not None else None
         self._trace_interval_s = trace_interval_s
         self._tracer: Any = None
@@ -522,6 +529,7 @@ class Runner:
             now = self.clock()
             with self.store_lock():
                 lost = [ctx for ctx in running if not self._renew(ctx, now)]
+            self._renew_permits()
             if lost:
                 with self.lock:
                     for ctx in lost:
@@ -534,6 +542,20 @@ class Runner:
             log.exception("heartbeat of task %s failed", ctx.task.task_id,
                           extra=task_extra(ctx.task))
             return True  # unknown: keep running; the lease decides if it was really lost
+
+    def _renew_permits(self) -> None:
+        """Keep the fleet permits of calls in progress here from lapsing while we are alive."""
+        for limits in self.fleet.values():
+            if limits.bulkhead is None:
+                continue
+            try:
+                lost = limits.renew_all()
+            except Exception:
+                log.exception("renewing fleet permits of %r failed", limits.name)
+                continue
+            if lost:
+                log.warning("%d fleet permit(s) of downstream %r lapsed before renewal",
+                            lost, limits.name)
 
     def _listen_loop(self) -> None:
         wait_for_work = self.store.wait_for_work  # type: ignore[attr-defined]
