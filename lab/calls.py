@@ -32,7 +32,59 @@ class Waiter:
         self.event: simpy.Event | None = None
 
 
-class Downstream:
+class CallCounters:
+    """What the client side of a downstream counts; the report and the timeline read these
+    names, from a simulation or from a real load test alike."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.ok = 0
+        self.r429 = 0
+        self.errors = 0
+        self.timeouts = 0
+        self.retries = 0
+        self.rejected = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.per_tenth: dict[int, int] = {}
+        self.latencies: list[float] = []
+
+    def sent(self, now: float) -> None:
+        self.calls += 1
+        self.in_flight += 1
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
+        tenth = int(now * 10)
+        self.per_tenth[tenth] = self.per_tenth.get(tenth, 0) + 1
+
+    def received(self, error: str | None, latency: float) -> None:
+        self.in_flight -= 1
+        if error is None:
+            self.ok += 1
+            self.latencies.append(latency)
+        elif error == HTTP_429:
+            self.r429 += 1
+        elif error == TIMEOUT:
+            self.timeouts += 1
+        else:
+            self.errors += 1
+
+    @property
+    def peak_rps(self) -> int:
+        """Most requests sent in any one (whole) second."""
+        per_second: dict[int, int] = {}
+        for tenth, n in list(self.per_tenth.items()):
+            per_second[tenth // 10] = per_second.get(tenth // 10, 0) + n
+        return max(per_second.values(), default=0)
+
+    @property
+    def peak_rps_100ms(self) -> int:
+        """Most requests sent in any 100 ms, as a per-second rate: synchronized retries
+        show here even when a whole second looks calm."""
+        return 10 * max(list(self.per_tenth.values()), default=0)
+
+
+class Downstream(CallCounters):
     """Client side of one downstream: guard, retry policy, counters."""
 
     def __init__(
@@ -51,18 +103,8 @@ class Downstream:
         self.rng = retry_rng
         #: Where a failed attempt is reported for the task's history (the trace), if anywhere.
         self.detail: Callable[[Event], None] | None = None
-        self.calls = 0
-        self.ok = 0
-        self.r429 = 0
-        self.errors = 0
-        self.timeouts = 0
-        self.retries = 0
-        self.rejected = 0
         self.paced = 0
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.per_tenth: dict[int, int] = {}
-        self.latencies: list[float] = []
+        super().__init__()
 
     def call(self, held: list[Any], task: Task) -> Generator[simpy.Event, Any, str | None]:
         """One logical call with its retries; None on success, else the final error kind.
@@ -102,11 +144,11 @@ class Downstream:
                         held.pop()
             held.append(("inflight", self, waiter))
             start = env.now
-            self._sent(start)
+            self.sent(start)
             error = yield from self.provider.request(self.timeout)
             held.pop()
             now = env.now
-            self._received(error, now - start)
+            self.received(error, now - start)
             if not passthrough:
                 for woken in guard.record(now, error is None, now - start):
                     woken.event.succeed()
@@ -129,26 +171,6 @@ class Downstream:
                         None, error, task.retry_count + 1, task.worker_id, self.name,
                         float(retry)))
 
-    def _sent(self, now: float) -> None:
-        self.calls += 1
-        self.in_flight += 1
-        if self.in_flight > self.max_in_flight:
-            self.max_in_flight = self.in_flight
-        tenth = int(now * 10)
-        self.per_tenth[tenth] = self.per_tenth.get(tenth, 0) + 1
-
-    def _received(self, error: str | None, latency: float) -> None:
-        self.in_flight -= 1
-        if error is None:
-            self.ok += 1
-            self.latencies.append(latency)
-        elif error == HTTP_429:
-            self.r429 += 1
-        elif error == TIMEOUT:
-            self.timeouts += 1
-        else:
-            self.errors += 1
-
     def abandon(self, kind: str, waiter: Waiter) -> None:
         """The task's worker died queued, pacing or mid-request: give back what it held."""
         if kind == "inflight":
@@ -156,17 +178,3 @@ class Downstream:
         woken = self.guard.abandon(waiter, queued=kind == "queued")
         if woken is not None:
             woken.event.succeed()
-
-    @property
-    def peak_rps(self) -> int:
-        """Most requests sent in any one (whole) second."""
-        per_second: dict[int, int] = {}
-        for tenth, n in self.per_tenth.items():
-            per_second[tenth // 10] = per_second.get(tenth // 10, 0) + n
-        return max(per_second.values(), default=0)
-
-    @property
-    def peak_rps_100ms(self) -> int:
-        """Most requests sent in any 100 ms, as a per-second rate: synchronized retries
-        show here even when a whole second looks calm."""
-        return 10 * max(self.per_tenth.values(), default=0)

@@ -22,14 +22,14 @@ from typing import Any
 
 import httpx
 
+from lab.calls import CallCounters
 from lab.loadtest.pools import PoolError, RealPool
+from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
 from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
 
-HTTP_429 = "http_429"
-TIMEOUT = "timeout"
 ERROR_HEADER = "x-error-kind"
 
 
@@ -37,62 +37,24 @@ class CallFailed(TaskError):
     """One attempt's failure, raised inside the guard so the breaker counts it."""
 
 
-@dataclass
-class CallStats:
-    """The client side's counters, named as the simulator's (report and timeline read them).
+class CallStats(CallCounters):
+    """The simulator's counters (same names, read by the same report and timeline), safe
+    to update from many worker threads. Times are scenario seconds."""
 
-    Times are scenario seconds.
-    """
-
-    calls: int = 0
-    ok: int = 0
-    r429: int = 0
-    errors: int = 0
-    timeouts: int = 0
-    retries: int = 0
-    rejected: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    per_tenth: dict[int, int] = field(default_factory=dict)
-    latencies: list[float] = field(default_factory=list)
-    frozen: bool = False  # the run's numbers were taken: count no more
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = False  # the run's numbers were taken: count no more
+        self.lock = threading.Lock()
 
     def sent(self, now: float) -> None:
         with self.lock:
-            if self.frozen:
-                return
-            self.calls += 1
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            tenth = int(now * 10)
-            self.per_tenth[tenth] = self.per_tenth.get(tenth, 0) + 1
+            if not self.frozen:
+                super().sent(now)
 
     def received(self, error: str | None, latency: float) -> None:
         with self.lock:
-            if self.frozen:
-                return
-            self.in_flight -= 1
-            if error is None:
-                self.ok += 1
-                self.latencies.append(latency)
-            elif error == HTTP_429:
-                self.r429 += 1
-            elif error == TIMEOUT:
-                self.timeouts += 1
-            else:
-                self.errors += 1
-
-    @property
-    def peak_rps(self) -> int:
-        per_second: dict[int, int] = {}
-        for tenth, n in list(self.per_tenth.items()):
-            per_second[tenth // 10] = per_second.get(tenth // 10, 0) + n
-        return max(per_second.values(), default=0)
-
-    @property
-    def peak_rps_100ms(self) -> int:
-        return 10 * max(list(self.per_tenth.values()), default=0)
+            if not self.frozen:
+                super().received(error, latency)
 
 
 class DownstreamClient:
