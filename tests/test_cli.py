@@ -25,7 +25,6 @@ WAIT_S = 20.0
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    pytest.importorskip("taskfuse.store.sqlite")
     return f"sqlite:///{tmp_path / 'tasks.db'}"
 
 

@@ -15,8 +15,6 @@ from lab.scenario import load_scenario
 
 from .conftest import ROOT, SCENARIOS
 
-pytest.importorskip("matplotlib")
-
 TINY = ROOT / "tests" / "lab" / "scenarios" / "tiny.yaml"
 SMALL = ["batches.skus.count=300"]
 

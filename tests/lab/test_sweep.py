@@ -250,7 +250,8 @@ def test_local_processes_give_the_same_files_as_one_process(tmp_path) -> None:
 
 
 def test_a_dask_cluster_gives_the_same_files_as_one_process(tmp_path) -> None:
-    distributed = pytest.importorskip("distributed")
+    import distributed
+
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                                   dashboard_address=None) as cluster:
         executor = DaskExecutor(jobs=2, address=cluster.scheduler_address)

@@ -9,11 +9,10 @@ from collections import Counter
 
 import pytest
 
+import taskfuse.store.sqlite as sqlite
 from taskfuse.core.states import TaskStatus
 from taskfuse.runtime import App, TaskError
 from tests.runtime.conftest import JOIN_S
-
-sqlite = pytest.importorskip("taskfuse.store.sqlite")
 
 
 @pytest.fixture
