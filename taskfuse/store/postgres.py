@@ -54,7 +54,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
-from taskfuse.store.sql import SELECT_TASK, dumps, load_queries, migrations
+from taskfuse.store.sql import (
+    SELECT_TASK,
+    STATUS_OF,
+    VALUE_OF,
+    dumps,
+    load_queries,
+    migrations,
+    swap_values,
+)
 
 log = logging.getLogger("taskfuse.store")
 
@@ -64,8 +72,8 @@ Op = Callable[[psycopg.Connection[Any], bool], T]
 _PENDING = TaskStatus.PENDING
 _RUNNING = TaskStatus.RUNNING
 _SUCCESS = TaskStatus.SUCCESS
-_STATUS = {s.value: s for s in TaskStatus}
-_VALUE = {s: s.value for s in TaskStatus}  # enum .value is a slow descriptor on hot paths
+_STATUS = STATUS_OF
+_VALUE = VALUE_OF
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 _OWN_PARAMS = ("schema", "pool_min", "pool_max", "retry_for")
 
@@ -95,24 +103,8 @@ def _row_to_task(row: Sequence[Any]) -> Task:
 
 
 def _swap_params(new: Task, expected: int, claim_token: uuid.UUID | None = None) -> dict[str, Any]:
-    """Parameters of the compare-and-set; serializes the result first (PayloadError)."""
-    return {
-        "task_id": new.task_id,
-        "expected": expected,
-        "status": _VALUE[new.status],
-        "version": new.version,
-        "retry_count": new.retry_count,
-        "not_before": new.not_before,
-        "started_at": new.started_at,
-        "finished_at": new.finished_at,
-        "worker_id": new.worker_id,
-        "result": dumps(new.result, new.task_id, "result"),
-        "error_kind": new.error_kind,
-        "error_msg": new.error_msg,
-        "heartbeat_at": new.heartbeat_at,
-        "last_delay": new.last_delay,
-        "claim_token": claim_token,
-    }
+    """Parameters of the compare-and-set (the shared columns and the claim token)."""
+    return {**swap_values(new, expected), "claim_token": claim_token}
 
 
 _SWAP_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",

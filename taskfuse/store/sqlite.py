@@ -42,20 +42,23 @@ from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
 from taskfuse.store.sql import (
     SELECT_TASK,
+    STATUS_OF,
+    VALUE_OF,
     dumps,
     load_queries,
     loads,
     migrations,
     names,
     split_statements,
+    swap_values,
     unnames,
 )
 
 _PENDING = TaskStatus.PENDING
 _RUNNING = TaskStatus.RUNNING
 _SUCCESS = TaskStatus.SUCCESS
-_STATUS = {s.value: s for s in TaskStatus}
-_VALUE = {s: s.value for s in TaskStatus}  # enum .value is a slow descriptor on hot paths
+_STATUS = STATUS_OF
+_VALUE = VALUE_OF
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -84,22 +87,9 @@ def _row_to_task(row: tuple[Any, ...]) -> Task:
 
 
 def _swap_params(new: Task, expected: int) -> dict[str, Any]:
-    """Parameters of the compare-and-set; serializes the result first (PayloadError)."""
+    """Parameters of the compare-and-set (the shared columns and SQLite's own)."""
     return {
-        "task_id": new.task_id,
-        "expected": expected,
-        "status": _VALUE[new.status],
-        "version": new.version,
-        "retry_count": new.retry_count,
-        "not_before": new.not_before,
-        "started_at": new.started_at,
-        "finished_at": new.finished_at,
-        "worker_id": new.worker_id,
-        "result": dumps(new.result, new.task_id, "result"),
-        "error_kind": new.error_kind,
-        "error_msg": new.error_msg,
-        "heartbeat_at": new.heartbeat_at,
-        "last_delay": new.last_delay,
+        **swap_values(new, expected),
         "ready_tick": None,
         "run_tick": None,
         "claim_token": None,

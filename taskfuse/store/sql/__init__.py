@@ -131,6 +131,31 @@ def encode_status(task: Task) -> str:
     return task.status.value
 
 
+STATUS_OF: dict[str, TaskStatus] = {s.value: s for s in TaskStatus}
+VALUE_OF: dict[TaskStatus, str] = {s: s.value for s in TaskStatus}  # .value is a slow descriptor
+
+
+def swap_values(new: Task, expected: int) -> dict[str, Any]:
+    """The columns a compare-and-set writes, shared by both dialects' `swap` queries;
+    serializes the result first, so an unserializable one fails (PayloadError) unwritten."""
+    return {
+        "task_id": new.task_id,
+        "expected": expected,
+        "status": VALUE_OF[new.status],
+        "version": new.version,
+        "retry_count": new.retry_count,
+        "not_before": new.not_before,
+        "started_at": new.started_at,
+        "finished_at": new.finished_at,
+        "worker_id": new.worker_id,
+        "result": dumps(new.result, new.task_id, "result"),
+        "error_kind": new.error_kind,
+        "error_msg": new.error_msg,
+        "heartbeat_at": new.heartbeat_at,
+        "last_delay": new.last_delay,
+    }
+
+
 def split_statements(script: str, complete: Any) -> list[str]:
     """Split a script into statements with `complete(text) -> bool` (sqlite3.complete_statement)."""
     out: list[str] = []
