@@ -478,7 +478,8 @@ def format_validation_error(exc: ValidationError, source: str,
     loc = _clean_loc(tuple(err["loc"]))
     line = _line_of(loc, lines)
     where = f"{source}:{line}" if line else source
-    more = len(exc.errors()) - 1
+    # a union (e.g. an integer or "unbounded") reports one error per branch: count keys
+    more = len({_clean_loc(tuple(e["loc"])) for e in exc.errors()}) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
     return f"{where}: {_dotted(loc)}: {_expected(err)}{tail}"
 
