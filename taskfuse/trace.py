@@ -56,8 +56,8 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -167,7 +167,6 @@ class Trace:
     complete: bool
     truncated: bool = False
     offset: int = 0
-    _pending_t: list[float] = field(default_factory=list, repr=False)
 
     @property
     def series_names(self) -> list[str]:
@@ -316,9 +315,3 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         return reader.snapshot()
     finally:
         reader.close()
-
-
-def write_events(writer: TraceWriter, events: Iterable[Sequence[Any]]) -> None:
-    """Append many events (a convenience for tests and converters)."""
-    for e in events:
-        writer.event(e)

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lab.loadtest.pools import PoolError, RealPool
+from lab.model.business import GatewayCounters
 from lab.scenario import Business as BusinessSpec
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.events import Event, EventKind
@@ -41,7 +42,7 @@ class _Request:
         self.answered = False
 
 
-class Gateway:
+class Gateway(GatewayCounters):
     """Answers each request once: its response, or a timeout when that comes first."""
 
     def __init__(self, spec: BusinessSpec, clock: Any,
@@ -49,12 +50,9 @@ class Gateway:
         self.timeout = spec.gateway_timeout_s  # scenario seconds
         self.clock = clock
         self.emit = emit
-        self.breaker = (CircuitBreaker(spec.breaker.build(), "gateway", self._changed)
-                        if spec.breaker is not None else None)
+        super().__init__(CircuitBreaker(spec.breaker.build(), "gateway", self._changed)
+                         if spec.breaker is not None else None)
         self.lock = threading.Condition()
-        self.latencies: list[float] = []
-        self.times: list[float] = []
-        self.requests = self.timeouts = self.errors = self.rejected = 0
         self._deadlines: list[tuple[float, int, _Request]] = []
         self._seq = itertools.count()
         self._stopped = False
@@ -86,15 +84,7 @@ class Gateway:
             if not request.answered and not self.frozen:
                 request.answered = True
                 now = self.clock.now()
-                self._observe(now, min(now - request.start, self.timeout), ok)
-
-    def _observe(self, now: float, latency: float, ok: bool) -> None:
-        self.latencies.append(latency)
-        self.times.append(now)
-        if not ok:
-            self.errors += 1
-        if self.breaker is not None:
-            self.breaker.record(now, ok, latency)
+                self.observe(now, min(now - request.start, self.timeout), ok)
 
     def watch(self) -> None:
         """The gateway's timer thread: time out requests whose deadline passed unanswered."""
@@ -106,7 +96,7 @@ class Gateway:
                     if not request.answered and not self.frozen:
                         request.answered = True
                         self.timeouts += 1
-                        self._observe(now, self.timeout, ok=False)
+                        self.observe(now, self.timeout, ok=False)
                 wait = (self._deadlines[0][0] - now) if self._deadlines else 1.0
                 self.lock.wait(self.clock.real(wait))
 

@@ -22,7 +22,30 @@ from lab.scenario import Business as BusinessSpec
 from taskfuse.core.breaker import CircuitBreaker
 
 
-class BusinessTraffic:
+class GatewayCounters:
+    """What the gateway saw, as the report and the timeline read it, from a simulation or a
+    real load test alike: each request's latency (a timeout counts as the timeout) and when
+    it was observed, plus counts; every outcome also feeds the gateway's breaker."""
+
+    def __init__(self, breaker: CircuitBreaker | None) -> None:
+        self.breaker = breaker
+        self.latencies: list[float] = []
+        self.times: list[float] = []
+        self.requests = 0
+        self.timeouts = 0
+        self.errors = 0
+        self.rejected = 0
+
+    def observe(self, now: float, latency: float, ok: bool) -> None:
+        self.latencies.append(latency)
+        self.times.append(now)
+        if not ok:
+            self.errors += 1
+        if self.breaker is not None:
+            self.breaker.record(now, ok, latency)
+
+
+class BusinessTraffic(GatewayCounters):
     def __init__(
         self, env: simpy.Environment, spec: BusinessSpec, pool: Pool,
         arrival_rng: random.Random, query_rng: random.Random,
@@ -33,16 +56,10 @@ class BusinessTraffic:
         self.pool = pool
         self.expo = arrival_rng.expovariate
         self.query = spec.query.sampler(query_rng)
-        self.breaker = breaker
         self.timeout = spec.gateway_timeout_s
         self.steps = sorted((s.at_s, s.rate) for s in spec.schedule)
-        self.latencies: list[float] = []  # what the gateway saw, timeouts as the timeout
-        self.times: list[float] = []  # when each latency was observed
-        self.requests = 0
-        self.timeouts = 0
-        self.errors = 0
-        self.rejected = 0
         self.stopped = False
+        super().__init__(breaker)
 
     def rate_at(self, now: float) -> float:
         rate = self.spec.rate
@@ -132,10 +149,4 @@ class BusinessTraffic:
         self._observe(start, self.timeout, ok=False)
 
     def _observe(self, start: float, latency: float, ok: bool) -> None:
-        now = self.env.now
-        self.latencies.append(latency)
-        self.times.append(now)
-        if not ok:
-            self.errors += 1
-        if self.breaker is not None:
-            self.breaker.record(now, ok, latency)
+        self.observe(self.env.now, latency, ok)

@@ -133,11 +133,6 @@ def next_status(task_id: str, status: TaskStatus, event: TaskEvent) -> TaskStatu
         raise IllegalTransition(task_id, status, event) from None
 
 
-def can_move(status: TaskStatus, event: TaskEvent) -> bool:
-    """Whether the table has a move for (status, event)."""
-    return (status, event) in TRANSITIONS
-
-
 def derive_batch_status(counts: dict[TaskStatus, int]) -> BatchStatus:
     """A batch's status from the counts of its tasks by status.
 

@@ -58,6 +58,7 @@ from taskfuse.store.sql import (
     SELECT_TASK,
     STATUS_OF,
     VALUE_OF,
+    NamedQueryReads,
     dumps,
     load_queries,
     migrations,
@@ -215,7 +216,7 @@ class _Listener:
             self._thread.join(timeout=2.0)
 
 
-class PostgresStore:
+class PostgresStore(NamedQueryReads):
     """Tasks in a PostgreSQL schema; see the module docstring for the rules it keeps.
 
     Thread-safe: every operation borrows a pooled connection for one transaction.
@@ -697,27 +698,6 @@ class PostgresStore:
 
         return self._run(op)
 
-    def find(self, id_or_trace: str) -> list[Task]:
-        return self._tasks("find_tasks", {"key": id_or_trace})
-
-    def overdue(self, now: float) -> list[Task]:
-        return self._tasks("overdue", {"now": now})
-
-    def next_deadline(self) -> float | None:
-        return self._scalar("next_deadline")
-
-    def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
-        return self._tasks("stale_running", {"now": now, "lease": lease_s})
-
-    def pending_created_before(self, cutoff: float) -> list[Task]:
-        return self._tasks("pending_created_before", {"cutoff": cutoff})
-
-    def next_ready_at(self, now: float) -> float | None:
-        return self._scalar("next_ready_at", {"now": now})
-
-    def dependents(self, task_id: str) -> list[Task]:
-        return self._tasks("dependents", {"task_id": task_id})
-
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
         def op(conn: psycopg.Connection[Any], _: bool) -> dict[TaskStatus, int]:
             if batch_id is None:
@@ -749,14 +729,6 @@ class PostgresStore:
         wanted = [TaskStatus(s).value for s in statuses]
         return self._tasks("batch_tasks_in", {"batch_id": batch_id, "statuses": wanted})
 
-    def running(self) -> list[Task]:
-        return self._tasks("running")
-
-    def all_tasks(self) -> list[Task]:
-        return self._tasks("all_tasks")
-
-    def __len__(self) -> int:
-        return int(self._scalar("task_count"))
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, schema={self.schema!r})"

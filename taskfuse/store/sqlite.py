@@ -44,6 +44,7 @@ from taskfuse.store.sql import (
     SELECT_TASK,
     STATUS_OF,
     VALUE_OF,
+    NamedQueryReads,
     dumps,
     load_queries,
     loads,
@@ -104,7 +105,7 @@ def _check_unique(ids: list[str]) -> None:
         seen.add(task_id)
 
 
-class SQLiteStore:
+class SQLiteStore(NamedQueryReads):
     """Tasks in one SQLite file; see the module docstring for the rules it keeps."""
 
     def __init__(
@@ -525,34 +526,13 @@ class SQLiteStore:
     def _tasks(self, name: str, params: dict[str, Any] | None = None) -> list[Task]:
         return [_row_to_task(r) for r in self._conn().execute(Q[name], params or {})]
 
-    def _scalar(self, name: str, params: dict[str, Any]) -> Any:
-        row = self._conn().execute(Q[name], params).fetchone()
+    def _scalar(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        row = self._conn().execute(Q[name], params or {}).fetchone()
         return None if row is None else row[0]
 
     def get(self, task_id: str) -> Task | None:
         row = self._conn().execute(Q["get_task"], {"task_id": task_id}).fetchone()
         return None if row is None else _row_to_task(row)
-
-    def find(self, id_or_trace: str) -> list[Task]:
-        return self._tasks("find_tasks", {"key": id_or_trace})
-
-    def overdue(self, now: float) -> list[Task]:
-        return self._tasks("overdue", {"now": now})
-
-    def next_deadline(self) -> float | None:
-        return self._scalar("next_deadline", {})
-
-    def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
-        return self._tasks("stale_running", {"now": now, "lease": lease_s})
-
-    def pending_created_before(self, cutoff: float) -> list[Task]:
-        return self._tasks("pending_created_before", {"cutoff": cutoff})
-
-    def next_ready_at(self, now: float) -> float | None:
-        return self._scalar("next_ready_at", {"now": now})
-
-    def dependents(self, task_id: str) -> list[Task]:
-        return self._tasks("dependents", {"task_id": task_id})
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
         out = dict.fromkeys(TaskStatus, 0)
@@ -581,14 +561,6 @@ class SQLiteStore:
         wanted = names(tuple(TaskStatus(s).value for s in statuses))
         return self._tasks("batch_tasks_in", {"batch_id": batch_id, "statuses": wanted})
 
-    def running(self) -> list[Task]:
-        return self._tasks("running")
-
-    def all_tasks(self) -> list[Task]:
-        return self._tasks("all_tasks")
-
-    def __len__(self) -> int:
-        return int(self._scalar("task_count", {}))
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"

@@ -125,7 +125,7 @@ def test_every_named_query_is_used_or_documented() -> None:
 
     import taskfuse.store as pkg
 
-    code = "".join(p.read_text() for p in pathlib.Path(pkg.__file__).parent.glob("*.py"))
+    code = "".join(p.read_text() for p in pathlib.Path(pkg.__file__).parent.rglob("*.py"))
     for dialect in ("sqlite", "postgres"):
         unused = [n for n in load_queries(dialect) if f'"{n}"' not in code]
         assert not unused, f"{dialect}: queries nobody runs: {unused}"

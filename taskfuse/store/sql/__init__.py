@@ -156,6 +156,50 @@ def swap_values(new: Task, expected: int) -> dict[str, Any]:
     }
 
 
+class NamedQueryReads:
+    """The Store protocol's reads that are one named query each, shared by both dialects.
+
+    A store provides `_tasks(name, params)` (rows as Task records) and `_scalar(name,
+    params)` (the first column of the first row); the query text lives in its .sql file.
+    """
+
+    def _tasks(self, name: str, params: dict[str, Any] | None = None) -> list[Task]:
+        raise NotImplementedError
+
+    def _scalar(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        raise NotImplementedError
+
+    def find(self, id_or_trace: str) -> list[Task]:
+        return self._tasks("find_tasks", {"key": id_or_trace})
+
+    def overdue(self, now: float) -> list[Task]:
+        return self._tasks("overdue", {"now": now})
+
+    def next_deadline(self) -> float | None:
+        return self._scalar("next_deadline")  # type: ignore[no-any-return]
+
+    def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
+        return self._tasks("stale_running", {"now": now, "lease": lease_s})
+
+    def pending_created_before(self, cutoff: float) -> list[Task]:
+        return self._tasks("pending_created_before", {"cutoff": cutoff})
+
+    def next_ready_at(self, now: float) -> float | None:
+        return self._scalar("next_ready_at", {"now": now})  # type: ignore[no-any-return]
+
+    def dependents(self, task_id: str) -> list[Task]:
+        return self._tasks("dependents", {"task_id": task_id})
+
+    def running(self) -> list[Task]:
+        return self._tasks("running")
+
+    def all_tasks(self) -> list[Task]:
+        return self._tasks("all_tasks")
+
+    def __len__(self) -> int:
+        return int(self._scalar("task_count"))
+
+
 def split_statements(script: str, complete: Any) -> list[str]:
     """Split a script into statements with `complete(text) -> bool` (sqlite3.complete_statement)."""
     out: list[str] = []
