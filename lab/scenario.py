@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -20,11 +19,18 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     model_validator,
 )
 
 from lab.dist import Constant, DistSpec, as_dist
+from taskfuse.configfile import (
+    ConfigError,
+    apply_overrides,
+    located,
+    parse_document,
+    read_text,
+    validate,
+)
 from taskfuse.core.breaker import BreakerConfig
 from taskfuse.core.retry import Backoff, RetryBudget, RetryPolicy
 
@@ -33,8 +39,9 @@ PosFloat = Annotated[float, Field(gt=0)]
 NonNeg = Annotated[float, Field(ge=0)]
 
 
-class ScenarioError(Exception):
-    """A scenario that cannot be used; the message is the one line a user sees."""
+#: A scenario that cannot be used; the message is the one line a user sees. The same
+#: exception as a limits file's, so one handler serves both kinds of file.
+ScenarioError = ConfigError
 
 
 class Strict(BaseModel):
@@ -410,139 +417,12 @@ class Scenario(Strict):
 
 # -- loading -------------------------------------------------------------------------------
 
-
-def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
-    """Record the 1-based line of every key path in a composed YAML document."""
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = (*path, key.value)
-            out[sub] = key.start_mark.line + 1
-            _lines(value, sub, out) if not isinstance(value, yaml.ScalarNode) else None
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _lines(item, (*path, i), out)
-
-
-def _line_of(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
-    path = tuple(str(p) if not isinstance(p, int) else p for p in loc)
-    while path:
-        if path in lines:
-            return lines[path]
-        path = path[:-1]
-    return lines.get(())
-
-
-_UNION_TAGS = frozenset({"constant", "uniform", "exponential", "lognormal", "empirical",
-                         "integers", "constrained-int", "constrained-float", "int", "float",
-                         "str", "bool", "function-before", "function-after", "nullable"})
-
-
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop pydantic's union-tag parts: dist names, step tags (work.work), validator names."""
-    out: list[Any] = []
-    for part in loc:
-        if isinstance(part, str) and (
-            part in _UNION_TAGS or part[:1].isupper() or "[" in part
-            or (out and out[-1] == part)
-        ):
-            continue
-        out.append(part)
-    return tuple(out)
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
-def _expected(err: dict[str, Any]) -> str:
-    msg = str(err["msg"])
-    if err["type"] == "extra_forbidden":
-        return "unknown key (not part of the scenario format; see `lab schema`)"
-    if err["type"] == "missing":
-        return "required key is missing"
-    got = err.get("input")
-    if err["type"].startswith(("greater", "less", "int_", "float_", "bool_", "string_",
-                               "literal", "dict_", "list_", "too_")):
-        return f"{msg[0].lower()}{msg[1:]}, got {got!r}"
-    return msg.removeprefix("Value error, ")
-
-
-def format_validation_error(exc: ValidationError, source: str,
-                            lines: dict[tuple[Any, ...], int]) -> str:
-    """The first error as one line: file:line: key.path: what was expected, got what."""
-    err = exc.errors()[0]
-    loc = _clean_loc(tuple(err["loc"]))
-    line = _line_of(loc, lines)
-    where = f"{source}:{line}" if line else source
-    # a union (e.g. an integer or "unbounded") reports one error per branch: count keys
-    more = len({_clean_loc(tuple(e["loc"])) for e in exc.errors()}) - 1
-    tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return f"{where}: {_dotted(loc)}: {_expected(err)}{tail}"
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """'a.b.0.c=value' -> (['a', 'b', '0', 'c'], parsed YAML scalar/flow value)."""
-    if "=" not in text:
-        raise ScenarioError(f"--set {text!r}: expected key.path=value")
-    key, _, raw = text.partition("=")
-    parts = [p for p in key.strip().split(".") if p]
-    if not parts:
-        raise ScenarioError(f"--set {text!r}: the key path is empty")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
-    return parts, value
-
-
-def apply_override(doc: dict[str, Any], parts: list[str], value: Any, text: str) -> None:
-    """Set a value at a key path; list items by index or by their `id`."""
-    node: Any = doc
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        where = ".".join(parts[: i + 1])
-        if isinstance(node, list):
-            idx = _list_index(node, part)
-            if idx is None:
-                raise ScenarioError(f"--set {text!r}: {where}: no list item {part!r} "
-                                    f"(use an index 0..{len(node) - 1} or an item's id)")
-            if last:
-                node[idx] = value
-            else:
-                node = node[idx]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                if node.get(part) is None:
-                    node[part] = {}
-                node = node[part]
-        else:
-            raise ScenarioError(f"--set {text!r}: {where}: cannot set a key inside {node!r}")
-
-
-def _list_index(items: list[Any], part: str) -> int | None:
-    if part.isdigit():
-        return int(part) if int(part) < len(items) else None
-    for i, item in enumerate(items):
-        if isinstance(item, dict) and item.get("id") == part:
-            return i
-    return None
+_HINT = "not part of the scenario format; see `lab schema`"
 
 
 def read_scenario_text(path: str | Path) -> str:
     """A scenario file's text; a missing or unreadable file is a ScenarioError (one line)."""
-    p = Path(path)
-    try:
-        return p.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(f"{p}: no such scenario file") from None
-    except OSError as exc:
-        raise ScenarioError(f"{p}: cannot read: {exc.strerror}") from None
+    return read_text(path, "scenario")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -552,31 +432,13 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
 
 def parse_scenario(text: str, source: str = "<scenario>",
                    overrides: list[str] | None = None) -> Scenario:
-    try:
-        node = yaml.compose(text)
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(f"{source}{line}: not valid YAML: {problem}") from None
-    if not isinstance(doc, dict):
-        raise ScenarioError(f"{source}: expected a mapping of scenario keys at the top level")
-    lines: dict[tuple[Any, ...], int] = {}
-    if node is not None:
-        _lines(node, (), lines)
-    for text_override in overrides or []:
-        parts, value = parse_override(text_override)
-        apply_override(doc, parts, value, text_override)
-    try:
-        scenario = Scenario.model_validate(doc)
-    except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc, source, lines)) from None
+    doc, lines = parse_document(text, source, "scenario")
+    apply_overrides(doc, overrides)
+    scenario = validate(Scenario, doc, source, lines, _HINT)
     problems = scenario.problems()
     if problems:
         loc, what = problems[0]
-        line = _line_of(loc, lines)
-        raise ScenarioError(f"{source}{f':{line}' if line else ''}: {_dotted(loc)}: {what}")
+        raise ScenarioError(located(source, lines, loc, what))
     if not math.isfinite(scenario.horizon_s):
         raise ScenarioError(f"{source}: horizon_s: expected a finite number of seconds")
     return scenario
