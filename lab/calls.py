@@ -19,8 +19,9 @@ from lab.model.provider import HTTP_429, TIMEOUT, Provider
 from lab.scenario import Downstream as DownstreamSpec
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import GO, QUEUED, Guard, Pace, Rejected
-from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
+from taskfuse.core.retry import ErrorKind, RetryPolicy, RetryThrottle
 from taskfuse.core.task import Task
+from taskfuse.limits.build import call_retry
 
 
 class Waiter:
@@ -97,9 +98,9 @@ class Downstream(CallCounters):
         self.guard = guard
         self.provider = provider
         self.timeout = spec.client.timeout_s
-        self.policy: RetryPolicy = spec.client.retry.build()
-        budget = spec.client.retry.budget
-        self.budget: RetryBudget | None = budget.build() if budget is not None else None
+        self.policy: RetryPolicy
+        self.budget: RetryThrottle | None
+        self.policy, self.budget = call_retry(spec.client)
         self.rng = retry_rng
         #: Where a failed attempt is reported for the task's history (the trace), if anywhere.
         self.detail: Callable[[Event], None] | None = None
@@ -119,8 +120,8 @@ class Downstream(CallCounters):
         retry = 0
         previous: float | None = None
         while True:
-            if self.budget is not None:
-                self.budget.record_attempt(env.now, retry == 0)
+            if self.budget is not None and retry == 0:
+                self.budget.record_first(env.now)  # retries are charged when decided
             waiter = None
             if not passthrough:
                 waiter = Waiter()
@@ -133,9 +134,7 @@ class Downstream(CallCounters):
                         held.pop()
                         answer = guard.resume(env.now)
                     elif isinstance(answer, Rejected):
-                        self.rejected += 1
-                        if self.detail is not None:
-                            self._failed(task, ErrorKind.BREAKER_OPEN, retry)
+                        self.rejected += 1  # never sent: no CALL event (as in the runtime)
                         return ErrorKind.BREAKER_OPEN
                     if isinstance(answer, Pace):
                         self.paced += 1
@@ -148,14 +147,17 @@ class Downstream(CallCounters):
             error = yield from self.provider.request(self.timeout)
             held.pop()
             now = env.now
-            self.received(error, now - start)
+            latency = now - start
+            self.received(error, latency)
             if not passthrough:
-                for woken in guard.record(now, error is None, now - start):
+                for woken in guard.record(now, error is None, latency):
                     woken.event.succeed()
+            if self.budget is not None:
+                self.budget.record_outcome(now, error is None)
+            if self.detail is not None:
+                self._called(task, error, latency)
             if error is None:
                 return None
-            if self.detail is not None:
-                self._failed(task, error, retry)
             decision = self.policy.decide(retry, error, self.rng, previous, self.budget, now)
             if not decision.retry:
                 return error
@@ -165,11 +167,12 @@ class Downstream(CallCounters):
             if decision.delay > 0:
                 yield env.timeout(decision.delay)
 
-    def _failed(self, task: Task, error: str, retry: int) -> None:
-        """A failed attempt goes into the task's history (the monitor's drill-down)."""
-        self.detail(Event(self.env.now, EventKind.CALL, task.task_id, task.batch_id, None, None,
-                        None, error, task.retry_count + 1, task.worker_id, self.name,
-                        float(retry)))
+    def _called(self, task: Task, error: str | None, latency: float) -> None:
+        """Every call that was sent goes into the task's history, as the runtime records it:
+        reason "ok" or the error kind, value the latency in seconds."""
+        self.detail(Event(self.env.now, EventKind.CALL, task.task_id, task.batch_id,  # type: ignore[misc]
+                          task.trace_id, None, None, error or "ok", task.retry_count + 1, None,
+                          self.name, latency))
 
     def abandon(self, kind: str, waiter: Waiter) -> None:
         """The task's worker died queued, pacing or mid-request: give back what it held."""

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="KEY.PATH=VALUE", help="override a value (repeatable)")
     sim.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    sim.add_argument("--limits", metavar="FILE", default=None,
+                     help="run the scenario's world with this limits file's limits")
     out = sim.add_mutually_exclusive_group()
     out.add_argument("--trace", metavar="PATH",
                      help="where to write the trace (default: traces/NAME-seedN.trace)")
@@ -66,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--vs", metavar="OTHER_TRACE", help="a second run, drawn below the first")
 
     _loadtest_parsers(sub)
-    sub.add_parser("schema", help="print the scenario format as JSON Schema")
+    schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")
+    schema.add_argument("--limits", action="store_true",
+                        help="the limits file's format instead (also read by taskfuse worker)")
 
     watch = sub.add_parser("watch", help="open the terminal monitor on a trace or a store")
     source = watch.add_mutually_exclusive_group(required=True)
@@ -88,6 +92,8 @@ def _grid_args(p: argparse.ArgumentParser, seeds: int) -> None:
                    help="a varied key: a list 10,20,50 or a range 5..50:5 (repeatable)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY.PATH=VALUE", help="a fixed override (repeatable)")
+    p.add_argument("--limits", metavar="FILE", default=None,
+                   help="run the scenario's world with this limits file's limits")
     p.add_argument("--seed", type=int, default=None, help="first seed (default: the file's)")
     p.add_argument("--seeds", type=int, default=seeds,
                    help=f"seeds per point: seed, seed+1, ... (default {seeds})")
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             return compare_cmd(args)
         if args.command == "schema":
-            print(json_schema())
+            print(json_schema(limits=args.limits))
             return 0
         return watch(args)
     except ScenarioError as exc:
@@ -171,7 +177,7 @@ def simulate(args: argparse.Namespace) -> int:
         from lab.plot import require_matplotlib
 
         require_matplotlib()
-    scenario = load_scenario(args.file, args.overrides)
+    scenario = load_scenario(args.file, args.overrides, args.limits)
     seed = scenario.seed if args.seed is None else args.seed
     trace = _trace_path(args, scenario.name, seed)
     if args.watch:
@@ -271,7 +277,8 @@ def _space(args: argparse.Namespace) -> tuple[Any, dict[str, Any], list[str], An
     from lab.metrics_expr import check_metric
     from lab.sweep import Plan, RunStore, default_metrics, report_skeleton
 
-    plan = Plan.from_file(args.file, args.overrides, args.vary, args.seeds, args.seed)
+    plan = Plan.from_file(args.file, args.overrides, args.vary, args.seeds, args.seed,
+                          args.limits)
     skeleton = report_skeleton(plan.scenario)
     metrics = [check_metric(skeleton, m) for m in args.metric]
     store = RunStore(plan, metrics or default_metrics(skeleton), args.out)
@@ -369,6 +376,8 @@ def _loadtest_parsers(sub: Any) -> None:
                        help="task store and DB pools: sqlite:///PATH or postgresql://... "
                             "(default: tasks in memory, pools on a temporary SQLite file)")
         p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+        p.add_argument("--limits", metavar="FILE", default=None,
+                       help="run the scenario's world with this limits file's limits")
         p.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY.PATH=VALUE", help="override a value (repeatable)")
         p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -399,7 +408,7 @@ def _loadtest_setup(args: argparse.Namespace) -> Any:
                             "postgresql://... or memory://")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-    return load_scenario(args.file, args.overrides)
+    return load_scenario(args.file, args.overrides, args.limits)
 
 
 def _run_loadtest(args: argparse.Namespace, scenario: Any, trace: Path | None) -> Any:

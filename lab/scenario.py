@@ -12,27 +12,28 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    model_validator,
-)
+import yaml
+from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, model_validator
 
 from lab.dist import Constant, DistSpec, as_dist
 from taskfuse.configfile import (
     ConfigError,
+    Lines,
     apply_overrides,
     located,
     parse_document,
     read_text,
     validate,
 )
-from taskfuse.core.breaker import BreakerConfig
-from taskfuse.core.retry import Backoff, RetryBudget, RetryPolicy
+from taskfuse.limits.files import join_limits, limits_of, read_limits_document, strip_limits
+from taskfuse.limits.schema import (
+    BatchLimits,
+    BreakerSpec,
+    DownstreamLimits,
+    Limits,
+    PoolLimits,
+    Strict,
+)
 
 Dist = Annotated[DistSpec, BeforeValidator(as_dist)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -42,102 +43,6 @@ NonNeg = Annotated[float, Field(ge=0)]
 #: A scenario that cannot be used; the message is the one line a user sees. The same
 #: exception as a limits file's, so one handler serves both kinds of file.
 ScenarioError = ConfigError
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# -- policies ------------------------------------------------------------------------------
-
-
-class BackoffSpec(Strict):
-    """Delay before retry k: none -> 0; fixed -> base; exponential -> base * multiplier^(k-1),
-    capped at cap; then jitter: none, full (uniform 0..d), equal (d/2 + uniform 0..d/2),
-    decorrelated (uniform base..3 x previous, capped)."""
-
-    kind: Literal["none", "fixed", "exponential"] = "exponential"
-    base: NonNeg = 0.1
-    cap: NonNeg = 30.0
-    multiplier: Annotated[float, Field(ge=1)] = 2.0
-    jitter: Literal["none", "full", "equal", "decorrelated"] = "full"
-
-    @model_validator(mode="after")
-    def _cap(self) -> BackoffSpec:
-        if self.cap < self.base:
-            raise ValueError(f"cap must be >= base (got cap={self.cap!r}, base={self.base!r})")
-        return self
-
-    def build(self) -> Backoff:
-        return Backoff(self.kind, self.base, self.cap, self.multiplier, self.jitter)  # type: ignore[arg-type]
-
-
-class BudgetSpec(Strict):
-    """Retries may be at most `ratio` of recent first attempts (+ min_per_s x window_s)."""
-
-    ratio: NonNeg = 0.1
-    window_s: PosFloat = 10.0
-    min_per_s: NonNeg = 1.0
-
-    def build(self) -> RetryBudget:
-        return RetryBudget(self.ratio, self.window_s, self.min_per_s)
-
-
-class RetrySpec(Strict):
-    """How failures are retried: attempts = max_retry + 1."""
-
-    max_retry: Annotated[int, Field(ge=0)] = 3
-    backoff: BackoffSpec = BackoffSpec()
-    retryable: list[str] | None = None
-    fatal: list[str] | None = None
-    retry_timeouts: bool = True
-    budget: BudgetSpec | None = None
-
-    def build(self) -> RetryPolicy:
-        kw: dict[str, Any] = {}
-        if self.retryable is not None:
-            kw["retryable"] = frozenset(self.retryable)
-        if self.fatal is not None:
-            kw["fatal"] = frozenset(self.fatal)
-        return RetryPolicy(self.max_retry, self.backoff.build(), retry_timeouts=self.retry_timeouts,
-                           **kw)
-
-
-class BreakerSpec(Strict):
-    """Open when failures / calls >= failure_rate over the window (after minimum_calls);
-    half-open after open_wait_s, letting half_open_probes calls through."""
-
-    failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
-    window: Literal["count", "time"] = "count"
-    window_size: PosFloat = 20
-    minimum_calls: Annotated[int, Field(ge=1)] = 10
-    open_wait_s: PosFloat = 5.0
-    half_open_probes: Annotated[int, Field(ge=1)] = 3
-    slow_call_s: PosFloat | None = None
-
-    def build(self) -> BreakerConfig:
-        return BreakerConfig(**self.model_dump())
-
-
-class AdaptiveSpec(Strict):
-    """Let the bulkhead's size follow observed latency and errors, within [min, max]."""
-
-    kind: Literal["aimd", "gradient2", "vegas"] = "aimd"
-    min: Annotated[int, Field(ge=1)] = 1
-    max: Annotated[int, Field(ge=1)] = 100
-    initial: Annotated[int, Field(ge=1)] | None = None
-    latency_threshold_s: PosFloat | None = None
-
-    @model_validator(mode="after")
-    def _bounds(self) -> AdaptiveSpec:
-        if self.max < self.min:
-            raise ValueError(f"max must be >= min (got min={self.min!r}, max={self.max!r})")
-        return self
-
-
-class RateSpec(Strict):
-    rate: PosFloat
-    burst: Annotated[float, Field(ge=1)] = 1.0
 
 
 # -- the world -----------------------------------------------------------------------------
@@ -199,34 +104,17 @@ class Provider(Strict):
         return self
 
 
-class Client(Strict):
-    """Our side of a downstream: the fuses we put around calls to it."""
+class Downstream(DownstreamLimits):
+    """A downstream: the provider (world) and our client's fuses (limits, `client`)."""
 
-    timeout_s: PosFloat | None = None
-    bulkhead: Annotated[int, Field(ge=1)] | None = None
-    rate_limit: RateSpec | None = None
-    breaker: BreakerSpec | None = None
-    adaptive: AdaptiveSpec | None = None
-    retry: RetrySpec = RetrySpec(max_retry=0)
-
-    @model_validator(mode="after")
-    def _adaptive_needs_bulkhead(self) -> Client:
-        if self.adaptive is not None and self.bulkhead is None:
-            raise ValueError("adaptive needs a bulkhead (its initial size)")
-        return self
-
-
-class Downstream(Strict):
-    provider: Provider = Provider()
-    client: Client = Client()
+    provider: Provider
     safety_factor: Annotated[float, Field(gt=0, le=1)] = 0.7
 
 
-class Pool(Strict):
-    """A DB connection pool: FIFO waiting, and a wait longer than acquire_timeout_s fails."""
+class Pool(PoolLimits):
+    """A DB connection pool: FIFO waiting, and a wait longer than acquire_timeout_s fails.
+    Its size and timeout are limits; its outages are the world's."""
 
-    size: Annotated[int, Field(ge=1)]
-    acquire_timeout_s: PosFloat = 30.0
     outages: list[Window] = Field(default_factory=list)
 
 
@@ -316,15 +204,13 @@ class Child(Strict):
     program: list[Step] = Field(min_length=1)
 
 
-class BatchSpec(Strict):
-    id: str
+class BatchSpec(BatchLimits):
+    """A batch of the world (how many tasks, when they arrive, what each does) with its
+    limits (cap, priority, timeout_s, max_retry: see BatchLimits)."""
+
     count: Annotated[int, Field(ge=0)]
     kind: str = "task"
     arrival: Arrival = Arrival()
-    cap: Annotated[int, Field(ge=1)] | None = None
-    priority: int = 0
-    timeout_s: PosFloat | None = None
-    max_retry: Annotated[int, Field(ge=0)] | None = None
     duplicates: Annotated[float, Field(ge=0, le=1)] = 0.0
     program: list[Step] = Field(min_length=1)
     children: list[Child] = Field(default_factory=list)
@@ -338,24 +224,6 @@ class Fault(Strict):
     workers: Annotated[int, Field(ge=1)] = 1
 
 
-class Sweeper(Strict):
-    interval_s: PosFloat = 30.0
-    lease_s: PosFloat | None = None
-    max_pending_age_s: PosFloat | None = None
-
-
-class Alerts(Strict):
-    """The source's four alerts; thresholds are configuration (see DESIGN.md)."""
-
-    running_limit: PosFloat | None = None
-    running_for_s: NonNeg = 300.0
-    queue_depth: NonNeg = 500
-    queue_for_s: NonNeg = 600.0
-    success_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
-    p99_ratio: PosFloat = 2.0
-    p99_baseline_s: dict[str, PosFloat] = Field(default_factory=dict)
-
-
 class SLO(Strict):
     """Promises the run must keep; a broken one makes `lab simulate` exit 1."""
 
@@ -366,34 +234,37 @@ class SLO(Strict):
     max_429: Annotated[int, Field(ge=0)] | None = None
 
 
-class Scenario(Strict):
+class Scenario(Limits):
+    """A world (providers, pools' outages, business traffic, batches' arrivals and programs,
+    faults, SLOs) and the limits under test (every field of `Limits`), inline or from a
+    limits file (`limits: FILE`, or `--limits FILE` on the command line)."""
+
     name: str = "scenario"
     description: str = ""
     seed: int = 0
     horizon_s: PosFloat = 3600.0
     sample_interval_s: PosFloat = 1.0
-    workers: Annotated[int, Field(ge=1)] | Literal["unbounded"] = 10
-    claim_batch: Annotated[int, Field(ge=1)] = 1
-    watchdog_interval_s: PosFloat = 1.0
-    task_timeout_s: PosFloat = 60.0
-    retry: RetrySpec = RetrySpec()
-    sweeper: Sweeper = Sweeper()
-    pools: dict[str, Pool] = Field(default_factory=dict)
-    downstreams: dict[str, Downstream] = Field(default_factory=dict)
+    pools: dict[str, Pool] = Field(default_factory=dict)  # type: ignore[assignment]
+    downstreams: dict[str, Downstream] = Field(default_factory=dict)  # type: ignore[assignment]
     business: Business | None = None
-    batches: list[BatchSpec] = Field(min_length=1)
+    batches: list[BatchSpec] = Field(min_length=1)  # type: ignore[assignment]
     faults: list[Fault] = Field(default_factory=list)
-    alerts: Alerts = Alerts()
     slo: SLO = SLO()
+    _limits_source: str | None = PrivateAttr(default=None)
+
+    @property
+    def limits_source(self) -> str | None:
+        """The limits file the limits came from, or None when they are inline."""
+        return self._limits_source
+
+    def limits(self) -> Limits:
+        """The deployable half of this scenario, as a limits file would hold it."""
+        return Limits.model_validate(limits_of(self.model_dump()))
 
     def problems(self) -> list[tuple[tuple[Any, ...], str]]:
         """Cross-references a model cannot check field by field: (key path, what is wrong)."""
         found: list[tuple[tuple[Any, ...], str]] = []
-        seen: set[str] = set()
         for i, batch in enumerate(self.batches):
-            if batch.id in seen:
-                found.append((("batches", i, "id"), f"batch id {batch.id!r} is used twice"))
-            seen.add(batch.id)
             programs = [(("batches", i, "program"), batch.program)]
             programs += [(("batches", i, "children", c, "program"), child.program)
                          for c, child in enumerate(batch.children)]
@@ -425,14 +296,22 @@ def read_scenario_text(path: str | Path) -> str:
     return read_text(path, "scenario")
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read, override and validate a scenario; any problem is a ScenarioError (one line)."""
-    return parse_scenario(read_scenario_text(path), str(path), overrides)
+def load_scenario(path: str | Path, overrides: list[str] | None = None,
+                  limits: str | Path | None = None) -> Scenario:
+    """Read, override and validate a scenario; any problem is a ScenarioError (one line).
+
+    `limits` (the `--limits FILE` of the lab's commands) replaces the scenario's own limits,
+    inline or referenced, with a limits file's: the scenario's world against a deployable
+    file.
+    """
+    return parse_scenario(read_scenario_text(path), str(path), overrides, limits)
 
 
 def parse_scenario(text: str, source: str = "<scenario>",
-                   overrides: list[str] | None = None) -> Scenario:
+                   overrides: list[str] | None = None,
+                   limits: str | Path | None = None) -> Scenario:
     doc, lines = parse_document(text, source, "scenario")
+    limits_source = _pull_limits(doc, lines, source, limits)
     apply_overrides(doc, overrides)
     scenario = validate(Scenario, doc, source, lines, _HINT)
     problems = scenario.problems()
@@ -441,12 +320,51 @@ def parse_scenario(text: str, source: str = "<scenario>",
         raise ScenarioError(located(source, lines, loc, what))
     if not math.isfinite(scenario.horizon_s):
         raise ScenarioError(f"{source}: horizon_s: expected a finite number of seconds")
+    scenario._limits_source = limits_source
     return scenario
 
 
-def json_schema() -> str:
-    """The scenario format as JSON Schema, for editor completion (`lab schema`)."""
-    schema = Scenario.model_json_schema(by_alias=True)
+def self_contained(text: str, source: str, limits: str | Path | None = None) -> str:
+    """The scenario's text with its limits file joined in, so it needs no other file.
+
+    Sweeps and searches ship scenario text to worker processes (or machines) and fingerprint
+    it to resume; a limits file they could not see, or that changed between two runs, would
+    break both. Unchanged when the scenario has no limits file.
+    """
+    doc, lines = parse_document(text, source, "scenario")
+    if limits is None and "limits" not in doc:
+        return text
+    joined = _pull_limits(doc, lines, source, limits)
+    dumped = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+    return f"# {source} joined with its limits file {joined}\n{dumped}"
+
+
+def _pull_limits(doc: dict[str, Any], lines: Lines, source: str,
+                 override: str | Path | None) -> str | None:
+    """Join the limits file the scenario names (or `override`) into its document."""
+    named = doc.pop("limits", None)
+    if override is not None:
+        strip_limits(doc)
+        path = Path(override)
+    elif named is None:
+        return None
+    elif not isinstance(named, str) or not named.strip():
+        raise ScenarioError(located(source, lines, ("limits",),
+                                    f"expected the path of a limits file, got {named!r}"))
+    else:  # relative to the scenario file, as an include would be
+        path = Path(named)
+        if not path.is_absolute() and not source.startswith("<"):
+            path = Path(source).parent / path
+    limits_doc, _ = read_limits_document(path)
+    join_limits(doc, lines, source, limits_doc, str(path))
+    return str(path)
+
+
+def json_schema(limits: bool = False) -> str:
+    """The scenario format (or, with `limits`, the limits file's) as JSON Schema, for editor
+    completion (`lab schema [--limits]`)."""
+    model = Limits if limits else Scenario
+    schema = model.model_json_schema(by_alias=True)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "taskfuse lab scenario"
+    schema["title"] = "taskfuse limits file" if limits else "taskfuse lab scenario"
     return json.dumps(schema, indent=2, sort_keys=True)

@@ -26,16 +26,19 @@ from lab.model.business import BusinessTraffic
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT, Pool
 from lab.model.provider import Provider
 from lab.scenario import BatchSpec, CallStep, DbStep, Scenario, Step, WorkStep
-from taskfuse.core.adaptive import make_adaptive
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
-from taskfuse.core.bulkhead import Bulkhead
 from taskfuse.core.events import Event, EventKind
-from taskfuse.core.guard import Guard
-from taskfuse.core.metrics import AlertEvaluator, AlertRule, MetricsAggregator
-from taskfuse.core.ratelimit import TokenBucket
-from taskfuse.core.scheduler import Completed, Scheduler, SchedulerConfig, Work
+from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
+from taskfuse.core.scheduler import Completed, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Outcome, Task, TaskSpec
+from taskfuse.limits.build import (
+    alert_rules,
+    breaker_config,
+    build_guard,
+    build_scheduler,
+    running_limit,
+)
 from taskfuse.store.memory import MemoryStore
 from taskfuse.tuning import collect_rarely
 
@@ -79,6 +82,7 @@ class Simulation:
         self.sc = scenario
         self.seed = scenario.seed if seed is None else seed
         self.env = simpy.Environment()
+        self.limits = scenario.limits()
         self.metrics = MetricsAggregator()
         self.scheduler = self._make_scheduler(sinks or [])
         self.pools = {name: Pool(self.env, name, spec) for name, spec in scenario.pools.items()}
@@ -114,39 +118,13 @@ class Simulation:
         return random.Random(f"{self.seed}:{concern}")
 
     def _make_scheduler(self, sinks: list[Callable[[Event], None]]) -> Scheduler:
-        sc = self.sc
-        retry = sc.retry
-        return Scheduler(
-            MemoryStore(),
-            policy=retry.build(),
-            config=SchedulerConfig(
-                default_timeout=sc.task_timeout_s,
-                lease_s=sc.sweeper.lease_s,
-                max_pending_age_s=sc.sweeper.max_pending_age_s,
-            ),
-            rng=self.rng("scheduler"),
-            sinks=[self.metrics, *sinks],
-            budget=retry.budget.build() if retry.budget else None,
-        )
+        # The lab simulates the whole fleet as one pool of workers: every limit whole. Guards
+        # are added by _make_downstream, which pairs each with its provider.
+        return build_scheduler(self.limits, MemoryStore(), rng=self.rng("scheduler"),
+                               sinks=[self.metrics, *sinks], whole_fleet=True, downstreams={})
 
     def _make_downstream(self, name: str, spec: Any) -> Downstream:
-        client = spec.client
-        breaker = CircuitBreaker(client.breaker.build(), name) if client.breaker else None
-        bulkhead: Bulkhead[Any] | None = (
-            Bulkhead(client.bulkhead, name) if client.bulkhead else None
-        )
-        adaptive = None
-        if client.adaptive is not None:
-            a = client.adaptive
-            kwargs = {"latency_threshold_s": a.latency_threshold_s} if a.kind == "aimd" else {}
-            adaptive = make_adaptive(a.kind, a.initial or client.bulkhead, a.min, a.max, **kwargs)
-        bucket = (
-            TokenBucket(client.rate_limit.rate, client.rate_limit.burst)
-            if client.rate_limit else None
-        )
-        guard = self.scheduler.add_guard(
-            Guard(name, bulkhead=bulkhead, bucket=bucket, breaker=breaker, adaptive=adaptive)
-        )
+        guard = self.scheduler.add_guard(build_guard(name, spec.client, 0.0, whole_fleet=True))
         provider = Provider(self.env, name, spec.provider, self.rng(f"latency:{name}"),
                             self.rng(f"errors:{name}"))
         return Downstream(self.env, name, spec, guard, provider, self.rng(f"retry:{name}"))
@@ -157,7 +135,7 @@ class Simulation:
             return None
         breaker = None
         if spec.breaker is not None:
-            breaker = CircuitBreaker(spec.breaker.build(), "gateway", self._gateway_change)
+            breaker = CircuitBreaker(breaker_config(spec.breaker), "gateway", self._gateway_change)
         return BusinessTraffic(self.env, spec, self.pools[spec.pool], self.rng("business"),
                                self.rng("business-query"), breaker)
 
@@ -167,16 +145,9 @@ class Simulation:
                                   "gateway"))
 
     def _make_alerts(self) -> AlertEvaluator:
-        a = self.sc.alerts
-        limit = a.running_limit or (self.sc.workers if isinstance(self.sc.workers, int) else 1e9)
-        rules = [
-            AlertRule("running_above_limit", "running", ">", limit, for_s=a.running_for_s),
-            AlertRule("queue_depth_high", "queue_depth", ">", a.queue_depth, for_s=a.queue_for_s),
-            AlertRule("success_rate_low", "success_rate", "<", a.success_rate, min_samples=20),
-            AlertRule("p99_above_history", "p99_ratio", ">", a.p99_ratio),
-        ]
+        rules = alert_rules(self.limits.alerts, running_limit(self.limits))
         return AlertEvaluator(rules, self.metrics, self.scheduler.emit,
-                              p99_baseline_s=a.p99_baseline_s)
+                              p99_baseline_s=self.limits.alerts.p99_baseline_s)
 
     def _compile(self, steps: list[Step]) -> Program:
         compiled: list[tuple[Any, ...]] = []
@@ -376,7 +347,8 @@ class Simulation:
             granted = yield event
             held.pop()
             if self.detail is not None:
-                self.detail(Event(env.now, EventKind.WAIT, task.task_id, task.batch_id, None,
+                self.detail(Event(env.now, EventKind.WAIT, task.task_id, task.batch_id,
+                                  task.trace_id,
                                   None, None, "pool" if granted else POOL_TIMEOUT,
                                   task.retry_count + 1, task.worker_id, pool.name, env.now - now))
             if not granted:

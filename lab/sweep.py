@@ -41,7 +41,13 @@ from pydantic import BaseModel
 
 from lab.executors import Executor
 from lab.metrics_expr import metric_value
-from lab.scenario import Scenario, ScenarioError, parse_scenario, read_scenario_text
+from lab.scenario import (
+    Scenario,
+    ScenarioError,
+    parse_scenario,
+    read_scenario_text,
+    self_contained,
+)
 
 Point = tuple[Any, ...]
 Report = dict[str, Any]
@@ -232,10 +238,17 @@ class Plan:
 
     @classmethod
     def from_file(cls, path: str | Path, overrides: Sequence[str], vary: Sequence[str],
-                  seeds: int = 1, seed: int | None = None) -> Plan:
-        """Read and check everything up front, so bad input fails before any run."""
+                  seeds: int = 1, seed: int | None = None,
+                  limits: str | Path | None = None) -> Plan:
+        """Read and check everything up front, so bad input fails before any run.
+
+        A limits file (named by the scenario, or `limits`) is joined into the plan's text,
+        so every run sees the same limits and the fingerprint covers them.
+        """
         text = read_scenario_text(path)
-        return cls.from_text(text, str(path), overrides, vary, seeds, seed)
+        parse_scenario(text, str(path), list(overrides), limits)  # errors point into the files
+        return cls.from_text(self_contained(text, str(path), limits), str(path), overrides,
+                             vary, seeds, seed)
 
     @classmethod
     def from_text(cls, text: str, source: str, overrides: Sequence[str], vary: Sequence[str],

@@ -29,6 +29,7 @@ from lab.model.business import GatewayCounters
 from lab.scenario import Business as BusinessSpec
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.events import Event, EventKind
+from taskfuse.limits.build import breaker_config
 
 #: Requests in flight at most; beyond, arrivals are dropped (and counted).
 MAX_CONCURRENCY = 2000
@@ -50,7 +51,7 @@ class Gateway(GatewayCounters):
         self.timeout = spec.gateway_timeout_s  # scenario seconds
         self.clock = clock
         self.emit = emit
-        super().__init__(CircuitBreaker(spec.breaker.build(), "gateway", self._changed)
+        super().__init__(CircuitBreaker(breaker_config(spec.breaker), "gateway", self._changed)
                          if spec.breaker is not None else None)
         self.lock = threading.Condition()
         self._deadlines: list[tuple[float, int, _Request]] = []

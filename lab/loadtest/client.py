@@ -27,7 +27,8 @@ from lab.loadtest.pools import PoolError, RealPool
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
-from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
+from taskfuse.core.retry import ErrorKind, RetryPolicy, RetryThrottle
+from taskfuse.limits.build import call_retry
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
 
 ERROR_HEADER = "x-error-kind"
@@ -67,9 +68,9 @@ class DownstreamClient:
         self.clock = clock
         self.http = http
         self.timeout = spec.client.timeout_s
-        self.policy: RetryPolicy = spec.client.retry.build()
-        budget = spec.client.retry.budget
-        self.budget: RetryBudget | None = budget.build() if budget is not None else None
+        self.policy: RetryPolicy
+        self.budget: RetryThrottle | None
+        self.policy, self.budget = call_retry(spec.client)
         self.rng = random.Random(f"{seed}:retry:{name}")
         self.lock = threading.Lock()  # the policy's rng and the budget are not thread-safe
         self.pause = pause
@@ -80,10 +81,13 @@ class DownstreamClient:
         retry = 0
         previous: float | None = None
         while True:
+            if self.budget is not None and retry == 0:
+                with self.lock:
+                    self.budget.record_first(self.clock.elapsed())
+            error = self._attempt(ctx)
             if self.budget is not None:
                 with self.lock:
-                    self.budget.record_attempt(self.clock.elapsed(), retry == 0)
-            error = self._attempt(ctx)
+                    self.budget.record_outcome(self.clock.elapsed(), error is None)
             if error is None:
                 return
             with self.lock:

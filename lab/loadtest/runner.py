@@ -40,21 +40,17 @@ from lab.loadtest.servers import ProviderServers
 from lab.loadtest.view import make_view
 from lab.report import build_report
 from lab.scenario import BatchSpec, CallStep, Scenario, ScenarioError
-from lab.scenario import Downstream as DownstreamSpec
 from lab.timeline import TimelineRecorder, header, series_names
-from taskfuse.core.adaptive import make_adaptive
-from taskfuse.core.breaker import CircuitBreaker
-from taskfuse.core.bulkhead import Bulkhead
 from taskfuse.core.events import Event, EventKind
-from taskfuse.core.guard import Guard
-from taskfuse.core.metrics import AlertEvaluator, AlertRule, MetricsAggregator
-from taskfuse.core.ratelimit import TokenBucket
+from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
 from taskfuse.core.scheduler import Scheduler, SchedulerConfig
 from taskfuse.core.states import TERMINAL, TaskStatus
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import TaskSpec
+from taskfuse.limits.build import alert_rules, build_scheduler, retry_policy, running_limit
 from taskfuse.runtime import App, Runner
 from taskfuse.runtime.app import new_task_id
+from taskfuse.runtime.errors import RUNTIME_FATAL
 from taskfuse.store import open_store, redact_url
 from taskfuse.store.memory import MemoryStore
 from taskfuse.trace import TraceWriter
@@ -95,46 +91,25 @@ def run_loadtest(scenario: Scenario, *, time_scale: float = 1.0, store_url: str 
 # -- the runtime's side: an App whose scheduler carries the scenario's fuses ---------------
 
 
-def build_guard(name: str, spec: DownstreamSpec, now: float) -> Guard:
-    """The client fuses of one downstream, built exactly as the simulator builds them."""
-    client = spec.client
-    breaker = CircuitBreaker(client.breaker.build(), name) if client.breaker else None
-    bulkhead: Bulkhead[Any] | None = Bulkhead(client.bulkhead, name) if client.bulkhead else None
-    adaptive = None
-    if client.adaptive is not None:
-        a = client.adaptive
-        kwargs = {"latency_threshold_s": a.latency_threshold_s} if a.kind == "aimd" else {}
-        adaptive = make_adaptive(a.kind, a.initial or client.bulkhead, a.min, a.max, **kwargs)
-    bucket = (TokenBucket(client.rate_limit.rate, client.rate_limit.burst, start=now)
-              if client.rate_limit else None)
-    return Guard(name, bulkhead=bulkhead, bucket=bucket, breaker=breaker, adaptive=adaptive)
-
-
 class ScenarioApp(App):
-    """An App configured from a (scaled) scenario: its retry policy, timeout, budget and
-    every downstream's guard, including what `App.downstream` has no words for (adaptive
-    limits, a task retry budget)."""
+    """An App configured from a (scaled) scenario's limits, through the same builder as the
+    simulator: retry policy and budget, timeouts, and every downstream's guard whole (the
+    lab simulates the fleet as one pool of workers, and a load test is one process)."""
 
     def __init__(self, scenario: Scenario, seed: int) -> None:
-        super().__init__(scenario.name, policy=scenario.retry.build(),
+        self.limits = scenario.limits()
+        super().__init__(scenario.name, policy=retry_policy(self.limits.retry),
                          default_timeout=scenario.task_timeout_s,
                          lease_s=scenario.sweeper.lease_s,
                          max_pending_age_s=scenario.sweeper.max_pending_age_s)
-        self.scenario = scenario
         self.seed = seed
 
     def scheduler(self, store: Store, *, sinks: Any = (), now: float = 0.0,
                   rng: random.Random | None = None,
                   config: SchedulerConfig | None = None) -> Scheduler:
-        budget = self.scenario.retry.budget
-        sched = Scheduler(store, policy=self.policy, policies=self.policies,
-                          config=config or self.config,
-                          rng=rng or random.Random(f"{self.seed}:scheduler"), sinks=sinks,
-                          budget=budget.build() if budget is not None else None,
-                          ids=new_task_id)
-        for name, spec in self.scenario.downstreams.items():
-            sched.add_guard(build_guard(name, spec, now))
-        return sched
+        return build_scheduler(self.limits, store, now=now,
+                               rng=rng or random.Random(f"{self.seed}:scheduler"), sinks=sinks,
+                               ids=new_task_id, whole_fleet=True, extra_fatal=RUNTIME_FATAL)
 
 
 # -- events: the runtime's wall clock in, scenario seconds out -----------------------------
@@ -552,16 +527,10 @@ def _duplicate(spec: TaskSpec) -> TaskSpec:
 
 def _alerts(sc: Scenario, metrics: MetricsAggregator, emit: Callable[[Event], None]
             ) -> AlertEvaluator:
-    """The simulator's alert rules, on scenario seconds."""
-    a = sc.alerts
-    limit = a.running_limit or (sc.workers if isinstance(sc.workers, int) else 1e9)
-    rules = [
-        AlertRule("running_above_limit", "running", ">", limit, for_s=a.running_for_s),
-        AlertRule("queue_depth_high", "queue_depth", ">", a.queue_depth, for_s=a.queue_for_s),
-        AlertRule("success_rate_low", "success_rate", "<", a.success_rate, min_samples=20),
-        AlertRule("p99_above_history", "p99_ratio", ">", a.p99_ratio),
-    ]
-    return AlertEvaluator(rules, metrics, emit, p99_baseline_s=a.p99_baseline_s)
+    """The simulator's alert rules (the one builder), on scenario seconds."""
+    limits = sc.limits()
+    rules = alert_rules(limits.alerts, running_limit(limits))
+    return AlertEvaluator(rules, metrics, emit, p99_baseline_s=limits.alerts.p99_baseline_s)
 
 
 def _close_all(pools: dict[str, RealPool]) -> None:

@@ -138,13 +138,29 @@ class AlertRule:
 METRICS = frozenset({"running", "queue_depth", "success_rate", "p99_ratio"})
 
 
-def default_rules(running_limit: float) -> list[AlertRule]:
-    """The source's four alerts, with its thresholds."""
+def default_rules(
+    running_limit: float,
+    *,
+    running_for_s: float = 300.0,
+    queue_depth: float = 500.0,
+    queue_for_s: float = 600.0,
+    success_rate: float = 0.95,
+    p99_ratio: float = 2.0,
+    min_finished: int = 20,
+) -> list[AlertRule]:
+    """The source's four alerts; the defaults are its thresholds.
+
+    The one definition of the rules: the lab, the runtime's trace and the load test get them
+    through `taskfuse.limits.build.alert_rules`, and a test holds the shipped Prometheus
+    rules file to the same shapes. The two rate-based rules stay quiet until `min_finished`
+    tasks ended, so one early failure is not "success rate 0 %".
+    """
     return [
-        AlertRule("running_above_limit", "running", ">", running_limit, for_s=300),
-        AlertRule("queue_depth_high", "queue_depth", ">", 500, for_s=600),
-        AlertRule("success_rate_low", "success_rate", "<", 0.95, min_samples=20),
-        AlertRule("p99_above_history", "p99_ratio", ">", 2.0, min_samples=20),
+        AlertRule("running_above_limit", "running", ">", running_limit, for_s=running_for_s),
+        AlertRule("queue_depth_high", "queue_depth", ">", queue_depth, for_s=queue_for_s),
+        AlertRule("success_rate_low", "success_rate", "<", success_rate,
+                  min_samples=min_finished),
+        AlertRule("p99_above_history", "p99_ratio", ">", p99_ratio, min_samples=min_finished),
     ]
 
 

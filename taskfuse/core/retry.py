@@ -39,6 +39,8 @@ __all__ = [
     "RetryBudget",
     "RetryDecision",
     "RetryPolicy",
+    "RetryThrottle",
+    "RetryTokens",
 ]
 
 
@@ -296,29 +298,104 @@ class RetryBudget:
             idx = head
         return idx % self._BUCKETS
 
-    def record_attempt(self, now: float, first: bool) -> None:
-        """Count one attempt at ``now``: a first attempt earns budget, a retry spends it."""
+    def record_first(self, now: float) -> None:
+        """Count one first attempt at ``now``: it earns the budget ``ratio`` of a retry."""
         slot = self._advance(now)
-        if first:
-            self._firsts[slot] += 1
-            self._n_firsts += 1
-        else:
-            self._retries[slot] += 1
-            self._n_retries += 1
+        self._firsts[slot] += 1
+        self._n_firsts += 1
+
+    def record_outcome(self, now: float, ok: bool) -> None:
+        """Outcomes do not change a ratio budget (a token budget is refilled by them)."""
 
     def can_retry(self, now: float) -> bool:
         """True if one more retry keeps ``retries <= ratio*firsts + min_per_s*window_s``.
 
-        Does not record anything: the caller records the retry when it happens.
+        Only asks; `spend` is what charges a retry.
         """
         self._advance(now)
         allowance = self._ratio * self._n_firsts + self._allow_min
         return self._n_retries + 1 <= allowance
 
+    def spend(self, now: float) -> bool:
+        """Charge one retry at ``now`` if the budget allows it; False (nothing charged) if not.
+
+        The retry is counted when it is *decided*, not when it runs: a thousand failures in
+        the same instant each see the retries decided before them, so ratio 0.1 after 1,000
+        first attempts allows exactly 100 + min_per_s x window_s of them, not 1,000.
+        """
+        if not self.can_retry(now):
+            return False
+        slot = self._advance(now)
+        self._retries[slot] += 1
+        self._n_retries += 1
+        return True
+
     def counts(self, now: float) -> tuple[int, int]:
         """``(first attempts, retries)`` in the window at ``now``, for metrics and display."""
         self._advance(now)
         return self._n_firsts, self._n_retries
+
+
+class RetryTokens:
+    """A retry takes ``cost`` tokens from a bucket of ``capacity`` and is refused when fewer
+    are left; every successful attempt puts ``refund`` back, up to the capacity.
+
+    Why, beside a ratio budget: a ratio budget keeps allowing ``ratio`` of the traffic as
+    retries for as long as first attempts keep coming, so a server pushed past its capacity
+    by retries can stay there (a metastable failure). Funded by *successes* instead (the AWS
+    SDKs' retry quota; gRPC's retry throttling works the same way), the bucket empties under a
+    lasting overload and retries stop altogether until the downstream answers again. With the
+    AWS defaults (capacity 500, cost 5, refund 1): 100 retries in a row empty it; then each
+    success earns a fifth of a retry.
+
+    Sans-IO and clock-free: ``now`` is accepted for the shared interface and ignored.
+    """
+
+    __slots__ = ("_capacity", "_cost", "_refund", "_tokens")
+
+    def __init__(self, capacity: float = 500.0, cost: float = 5.0, refund: float = 1.0) -> None:
+        if not (capacity > 0.0 and math.isfinite(capacity)):
+            raise ValueError(f"RetryTokens.capacity must be a finite number > 0 (got {capacity!r})")
+        if not (cost > 0.0 and math.isfinite(cost)):
+            raise ValueError(f"RetryTokens.cost must be a finite number > 0 (got {cost!r})")
+        _finite_at_least("RetryTokens", "refund", refund, 0.0)
+        self._capacity = float(capacity)
+        self._cost = float(cost)
+        self._refund = float(refund)
+        self._tokens = float(capacity)
+
+    def __repr__(self) -> str:
+        return (f"RetryTokens(capacity={self._capacity!r}, cost={self._cost!r}, "
+                f"refund={self._refund!r})")
+
+    @property
+    def tokens(self) -> float:
+        """Tokens left now (for metrics and display)."""
+        return self._tokens
+
+    def record_first(self, now: float) -> None:
+        """First attempts earn nothing here: only successes do."""
+
+    def record_outcome(self, now: float, ok: bool) -> None:
+        """A successful attempt refunds ``refund`` tokens (never above the capacity)."""
+        if ok:
+            tokens = self._tokens + self._refund
+            self._tokens = tokens if tokens < self._capacity else self._capacity
+
+    def can_retry(self, now: float) -> bool:
+        return self._tokens >= self._cost
+
+    def spend(self, now: float) -> bool:
+        """Take ``cost`` tokens for one retry if there are enough; False otherwise."""
+        if self._tokens < self._cost:
+            return False
+        self._tokens -= self._cost
+        return True
+
+
+RetryThrottle = RetryBudget | RetryTokens
+"""What bounds the retries of everyone sharing it: a ratio budget or a token budget. Both
+answer ``record_first``, ``record_outcome``, ``can_retry`` and ``spend`` (which charges)."""
 
 
 def _as_kinds(owner: str, value: frozenset[str]) -> frozenset[str]:
@@ -370,7 +447,7 @@ class RetryPolicy:
         error_kind: str,
         rng: random.Random,
         previous_delay: float | None = None,
-        budget: RetryBudget | None = None,
+        budget: RetryThrottle | None = None,
         now: float = 0.0,
     ) -> RetryDecision:
         """Retry or stop after a failure, given ``retry_count`` retries already done.
@@ -378,8 +455,8 @@ class RetryPolicy:
         Retry iff the kind is retryable, ``retry_count < max_retry`` and the budget (if any)
         allows one more at ``now``; then ``delay = backoff.delay(retry_count + 1, rng,
         previous_delay)``. Checked in that order, and ``rng`` is only drawn from when the
-        answer is to retry. The budget is only asked, not charged: record the retry attempt
-        when it runs.
+        answer is to retry. A budget is charged here, when the retry is decided (see
+        ``RetryBudget.spend``).
         """
         if not self.is_retryable(error_kind):
             return RetryDecision(False, 0.0, f"not retryable: {str(error_kind)!r}")
@@ -390,7 +467,7 @@ class RetryPolicy:
         retry_count: int,
         rng: random.Random,
         previous_delay: float | None = None,
-        budget: RetryBudget | None = None,
+        budget: RetryThrottle | None = None,
         now: float = 0.0,
     ) -> RetryDecision:
         """Like ``decide`` for a task-level timeout, ruled by ``retry_timeouts`` instead of
@@ -405,13 +482,13 @@ class RetryPolicy:
         error_kind: str,
         rng: random.Random,
         previous_delay: float | None,
-        budget: RetryBudget | None,
+        budget: RetryThrottle | None,
         now: float,
     ) -> RetryDecision:
         max_retry = self.max_retry
         if retry_count >= max_retry:
             return RetryDecision(False, 0.0, f"attempts exhausted ({max_retry} retries)")
-        if budget is not None and not budget.can_retry(now):
+        if budget is not None and not budget.spend(now):
             return _BUDGET_EXHAUSTED
         number = retry_count + 1
         delay = self.backoff.delay(number, rng, previous_delay)

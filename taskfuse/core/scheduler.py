@@ -28,7 +28,7 @@ from typing import Any
 from taskfuse.core.dag import check_graph
 from taskfuse.core.events import Emitter, Event, EventKind, EventSink
 from taskfuse.core.guard import Guard
-from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
+from taskfuse.core.retry import ErrorKind, RetryPolicy, RetryThrottle
 from taskfuse.core.states import (
     BAD_ENDINGS,
     TERMINAL,
@@ -107,7 +107,7 @@ class Scheduler:
         config: SchedulerConfig | None = None,
         rng: random.Random | None = None,
         sinks: Iterable[EventSink] = (),
-        budget: RetryBudget | None = None,
+        budget: RetryThrottle | None = None,
         ids: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
@@ -225,8 +225,8 @@ class Scheduler:
         emit = self.emit
         budget = self.budget
         for task in tasks:
-            if budget is not None:
-                budget.record_attempt(now, task.retry_count == 0)
+            if budget is not None and task.retry_count == 0:
+                budget.record_first(now)  # retries were charged when they were decided
             if emit.sinks:
                 emit(Event(now, _MOVE, task.task_id, task.batch_id, task.trace_id, _PENDING,
                            _RUNNING, "claim", task.retry_count + 1, worker_id))
@@ -259,6 +259,8 @@ class Scheduler:
         new, reason = self._after(current, outcome, now)
         if not store.swap(new, current.version):
             return LostRace(store.get(task.task_id))
+        if self.budget is not None:
+            self.budget.record_outcome(now, outcome.ok)
         self._moved(current, new, now, reason)
         return Completed(new)
 

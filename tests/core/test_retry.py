@@ -20,6 +20,7 @@ from taskfuse.core.retry import (
     RetryBudget,
     RetryDecision,
     RetryPolicy,
+    RetryTokens,
 )
 
 N_SAMPLES = 20_000
@@ -352,11 +353,10 @@ def test_decide_draws_from_rng_only_when_retrying() -> None:
 def test_budget_allows_ratio_of_first_attempts_plus_the_minimum() -> None:
     budget = RetryBudget(ratio=0.1, window_s=10.0, min_per_s=1.0)
     for i in range(1000):  # 1000 first attempts spread over 5 s
-        budget.record_attempt(i * 0.005, first=True)
+        budget.record_first(i * 0.005)
     allowed = 0
     now = 5.0
-    while budget.can_retry(now):
-        budget.record_attempt(now, first=False)
+    while budget.spend(now):
         allowed += 1
         now += 0.001
     assert allowed == 100 + 10  # 0.1 x 1000 + 1/s x 10 s
@@ -366,14 +366,15 @@ def test_budget_allows_ratio_of_first_attempts_plus_the_minimum() -> None:
 def test_budget_refills_after_the_window_passes() -> None:
     budget = RetryBudget(ratio=0.1, window_s=10.0, min_per_s=0.0)
     for _ in range(100):
-        budget.record_attempt(1.0, first=True)
+        budget.record_first(1.0)
     for _ in range(10):
         assert budget.can_retry(1.0)
-        budget.record_attempt(1.0, first=False)
+        assert budget.spend(1.0)
     assert not budget.can_retry(1.0)
+    assert not budget.spend(1.0)  # a refused spend charges nothing
     assert not budget.can_retry(9.9)  # still inside the window
     for _ in range(100):  # fresh first attempts earn fresh budget
-        budget.record_attempt(9.9, first=True)
+        budget.record_first(9.9)
     assert budget.can_retry(9.9)
     assert budget.counts(11.0) == (100, 0)  # everything from t=1 has left the window
     assert budget.counts(30.0) == (0, 0)
@@ -385,8 +386,7 @@ def test_quiet_system_can_still_retry_at_min_per_s() -> None:
     with pytest.raises(AttributeError):
         budget.window_s = 1.0  # type: ignore[misc]
     allowed = 0
-    while budget.can_retry(3.0):
-        budget.record_attempt(3.0, first=False)
+    while budget.spend(3.0):
         allowed += 1
     assert allowed == 5
     assert budget.can_retry(13.0)  # the window moved on
@@ -394,11 +394,11 @@ def test_quiet_system_can_still_retry_at_min_per_s() -> None:
 
 def test_budget_time_going_backwards_stays_in_the_current_bucket() -> None:
     budget = RetryBudget(ratio=1.0, window_s=1.0, min_per_s=0.0)
-    budget.record_attempt(100.0, first=True)
-    budget.record_attempt(3.0, first=False)  # counted now, not 97 s ago
+    budget.record_first(100.0)
+    assert budget.spend(3.0)  # counted now, not 97 s ago
     assert budget.counts(100.0) == (1, 1)
     assert not budget.can_retry(50.0)
-    budget.record_attempt(math.nan, first=True)
+    budget.record_first(math.nan)
     assert budget.counts(100.0) == (2, 1)
 
 
@@ -428,8 +428,54 @@ def test_budget_matches_a_naive_bucketed_count(
         assert budget.counts(now) == (firsts, retries)
         assert budget.can_retry(now) == (retries + 1 <= ratio * firsts + min_per_s * window)
         if first or budget.can_retry(now):
-            budget.record_attempt(now, first)
+            if first:
+                budget.record_first(now)
+            else:
+                assert budget.spend(now)
             log.append((head, first))
             if not first:  # the bound a budget exists for holds right after each retry
                 f, r = budget.counts(now)
                 assert r <= ratio * f + min_per_s * window
+
+
+def test_simultaneous_failures_are_charged_when_decided() -> None:
+    """1,000 failures at the same instant under ratio 0.1: exactly the budget retries, not
+    one per failure (each decision sees the retries decided before it)."""
+    budget = RetryBudget(ratio=0.1, window_s=10.0, min_per_s=0.0)
+    for _ in range(1000):
+        budget.record_first(1.0)
+    policy = RetryPolicy(max_retry=3, backoff=Backoff(BackoffKind.NONE))
+    rng = random.Random(0)
+    decided = [policy.decide(0, ErrorKind.HTTP_503, rng, None, budget, 1.0) for _ in range(1000)]
+    assert sum(d.retry for d in decided) == 100
+    assert decided[100].reason == "retry budget exhausted"
+
+
+def test_token_budget_empties_under_failure_and_refills_from_successes() -> None:
+    tokens = RetryTokens(capacity=10, cost=5, refund=1)
+    assert tokens.spend(0.0) and tokens.spend(0.0)
+    assert not tokens.spend(0.0) and tokens.tokens == 0.0
+    tokens.record_first(0.0)  # first attempts earn nothing
+    assert not tokens.can_retry(0.0)
+    for _ in range(4):
+        tokens.record_outcome(0.0, ok=True)
+        tokens.record_outcome(0.0, ok=False)  # failures refund nothing
+    assert not tokens.can_retry(0.0)
+    tokens.record_outcome(0.0, ok=True)
+    assert tokens.spend(0.0) and tokens.tokens == 0.0
+    for _ in range(50):
+        tokens.record_outcome(0.0, ok=True)
+    assert tokens.tokens == 10.0  # never above the capacity
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RetryTokens(capacity=0), "RetryTokens.capacity must be a finite number > 0"),
+        (lambda: RetryTokens(cost=math.inf), "RetryTokens.cost must be a finite number > 0"),
+        (lambda: RetryTokens(refund=-1), "RetryTokens.refund must be a finite number >= 0.0"),
+    ],
+)
+def test_token_budget_refuses_bad_numbers(make, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()

@@ -1,0 +1,322 @@
+"""The limits file: every knob a person sizes in the lab and deploys to `taskfuse worker`.
+
+A limits file is the deployable half of a lab scenario, with the same key names at the same
+paths, so a scenario's limits can be cut out into a file, and a file pulled back into a
+scenario (`limits: FILE`), without renaming anything::
+
+    workers: 10                         # worker threads (per process)
+    task_timeout_s: 120
+    retry: {max_retry: 2, backoff: {kind: exponential, base: 1.0, cap: 30, jitter: full}}
+    kinds:                              # per task kind
+      sync_sku: {timeout_s: 30, executor: thread}
+    sweeper: {interval_s: 30, lease_s: 30}
+    pools:                              # connection-limited sections (ctx.pool(name))
+      batch: {size: 10, acquire_timeout_s: 30}
+    downstreams:                        # the client's fuses around each downstream
+      partner:
+        client:
+          timeout_s: 1.0
+          bulkhead: 14
+          rate_limit: {rate: 90, burst: 10}
+          breaker: {failure_rate: 0.5, open_wait_s: 5}
+          retry: {max_retry: 5, backoff: {kind: exponential, base: 0.5, cap: 8}}
+    batches:
+      - {id: skus, cap: 50}
+
+Models are strict (an unknown key is an error) and frozen. The builder from these values to
+the core's objects is `taskfuse.limits.build`: the one place the runtime, the simulator and
+the load test turn limits into fuses, policies and alert rules.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from taskfuse.core.breaker import BreakerConfig
+
+PosFloat = Annotated[float, Field(gt=0)]
+NonNeg = Annotated[float, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+
+#: The largest worker count a file may ask for: beyond it a typo (an extra zero or three)
+#: would start threads or simulated workers by the hundred thousand.
+MAX_WORKERS = 100_000
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- retries -------------------------------------------------------------------------------
+
+
+class BackoffSpec(Strict):
+    """Delay before retry k: none -> 0; fixed -> base; exponential -> base * multiplier^(k-1),
+    capped at cap; then jitter: none, full (uniform 0..d), equal (d/2 + uniform 0..d/2),
+    decorrelated (uniform base..3 x previous, capped)."""
+
+    kind: Literal["none", "fixed", "exponential"] = "exponential"
+    base: NonNeg = 0.1
+    cap: NonNeg = 30.0
+    multiplier: Annotated[float, Field(ge=1)] = 2.0
+    jitter: Literal["none", "full", "equal", "decorrelated"] = "full"
+
+    @model_validator(mode="after")
+    def _cap(self) -> BackoffSpec:
+        if self.cap < self.base:
+            raise ValueError(f"cap must be >= base (got cap={self.cap!r}, base={self.base!r})")
+        return self
+
+
+class RatioBudgetSpec(Strict):
+    """Retries may be at most `ratio` of the first attempts of the last `window_s` seconds,
+    plus min_per_s x window_s (Finagle's and gRPC's retry budget). Each retry is charged
+    when it is decided, so a thousand simultaneous failures cannot all pass the check."""
+
+    kind: Literal["ratio"] = "ratio"
+    ratio: NonNeg = 0.1
+    window_s: PosFloat = 10.0
+    min_per_s: NonNeg = 1.0
+
+
+class TokenBudgetSpec(Strict):
+    """A retry takes `cost` tokens from a bucket of `capacity` and is refused when fewer are
+    left; every success puts `refund` back (the AWS SDKs' retry quota, gRPC's retry
+    throttling). Under a lasting overload the bucket empties and retries stop altogether
+    until successes refill it, which is what lets a metastable overload drain."""
+
+    kind: Literal["tokens"]
+    capacity: PosFloat = 500.0
+    cost: PosFloat = 5.0
+    refund: NonNeg = 1.0
+
+
+def _budget_kind(value: Any) -> str | None:
+    """The union tag of a budget (capitalized: error paths drop such tags, not key names)."""
+    kind = value.get("kind", "ratio") if isinstance(value, dict) else getattr(value, "kind", None)
+    return {"ratio": "Ratio", "tokens": "Tokens"}.get(str(kind))
+
+
+BudgetSpec = Annotated[
+    Annotated[RatioBudgetSpec, Tag("Ratio")] | Annotated[TokenBudgetSpec, Tag("Tokens")],
+    Discriminator(_budget_kind, custom_error_type="budget_kind",
+                  custom_error_message="a budget's kind is 'ratio' (default) or 'tokens'"),
+]
+
+
+class RetrySpec(Strict):
+    """How failures are retried: attempts = max_retry + 1. `retryable`/`fatal` list error
+    kinds (fatal wins); `retry_timeouts` rules task timeouts; `budget` bounds the retries of
+    everyone sharing this policy."""
+
+    max_retry: Annotated[int, Field(ge=0, le=1000)] = 3
+    backoff: BackoffSpec = BackoffSpec()
+    retryable: list[str] | None = None
+    fatal: list[str] | None = None
+    retry_timeouts: bool = True
+    budget: BudgetSpec | None = None
+
+
+# -- the fuses of one downstream -----------------------------------------------------------
+
+
+class BreakerSpec(Strict):
+    """Open when failures / calls >= failure_rate over the window (after minimum_calls);
+    half-open after open_wait_s, letting half_open_probes calls through."""
+
+    failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
+    window: Literal["count", "time"] = "count"
+    window_size: PosFloat = 20
+    minimum_calls: PosInt = 10
+    open_wait_s: PosFloat = 5.0
+    half_open_probes: PosInt = 3
+    slow_call_s: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _buildable(self) -> BreakerSpec:
+        BreakerConfig(**self.model_dump())  # its own checks (minimum_calls <= window_size)
+        return self
+
+
+class AdaptiveSpec(Strict):
+    """Let the bulkhead's size follow observed latency and errors, within [min, max]."""
+
+    kind: Literal["aimd", "gradient2", "vegas"] = "aimd"
+    min: PosInt = 1
+    max: PosInt = 100
+    initial: PosInt | None = None
+    latency_threshold_s: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AdaptiveSpec:
+        if self.max < self.min:
+            raise ValueError(f"max must be >= min (got min={self.min!r}, max={self.max!r})")
+        return self
+
+
+class RateSpec(Strict):
+    """A token bucket: `rate` calls per second on average, at most `burst` at once."""
+
+    rate: PosFloat
+    burst: Annotated[float, Field(ge=1)] = 1.0
+
+
+class ClientLimits(Strict):
+    """Our side of a downstream: the fuses around every call to it.
+
+    `timeout_s` is the client's per-call timeout; `retry` the per-call retry policy (inside
+    one attempt of the task); `bulkhead` the concurrency cap (or the starting size of an
+    `adaptive` one); `rate_limit` the token bucket; `breaker` the circuit breaker.
+    `scope: fleet` holds the bulkhead and the rate across every worker process on a
+    PostgreSQL store (permits are leases of `lease_s`); `scope: process` with `instances: N`
+    gives each of N processes its share. The lab simulates the whole fleet as one pool of
+    workers, so there both scopes mean the total limit.
+    """
+
+    timeout_s: PosFloat | None = None
+    bulkhead: PosInt | None = None
+    rate_limit: RateSpec | None = None
+    breaker: BreakerSpec | None = None
+    adaptive: AdaptiveSpec | None = None
+    retry: RetrySpec = RetrySpec(max_retry=0)
+    scope: Literal["process", "fleet"] = "process"
+    instances: PosInt = 1
+    lease_s: PosFloat = 30.0
+
+    @model_validator(mode="after")
+    def _coherent(self) -> ClientLimits:
+        if self.adaptive is not None and self.bulkhead is None:
+            raise ValueError("adaptive needs a bulkhead (its initial size)")
+        if self.scope == "fleet" and self.instances != 1:
+            raise ValueError("instances is for scope 'process'; a fleet limit is already shared")
+        if self.scope == "fleet" and self.bulkhead is None and self.rate_limit is None:
+            raise ValueError("scope 'fleet' needs a bulkhead or a rate_limit to share")
+        return self
+
+
+class DownstreamLimits(Strict):
+    client: ClientLimits = ClientLimits()
+
+
+# -- pools, batches, kinds -----------------------------------------------------------------
+
+
+class PoolLimits(Strict):
+    """A connection-limited section: at most `size` holders, FIFO; a wait longer than
+    acquire_timeout_s fails the step with `pool_timeout`. Keeps batch work off the business
+    pool (`ctx.pool("batch")` in task code, or size your own pool from it)."""
+
+    size: Annotated[int, Field(ge=1, le=MAX_WORKERS)]
+    acquire_timeout_s: PosFloat = 30.0
+
+
+class BatchLimits(Strict):
+    """Per batch id: how many of its tasks may run at once, and its tasks' defaults."""
+
+    id: str
+    cap: PosInt | None = None
+    priority: int = 0
+    timeout_s: PosFloat | None = None
+    max_retry: Annotated[int, Field(ge=0, le=1000)] | None = None
+
+
+class KindLimits(Strict):
+    """Per task kind: its timeout, attempts, priority, retry policy and executor.
+
+    `executor: process` runs the kind in a worker process that is killed on timeout or
+    cancel (for code that may hang); `thread` (default) in the worker thread itself.
+    """
+
+    timeout_s: PosFloat | None = None
+    max_retry: Annotated[int, Field(ge=0, le=1000)] | None = None
+    priority: int | None = None
+    retry: RetrySpec | None = None
+    executor: Literal["thread", "process"] = "thread"
+
+
+class Sweeper(Strict):
+    """The orphan sweeper's rules, and the lease the workers keep.
+
+    A RUNNING task whose lease (renewed every heartbeat_s, default lease_s / 3) is older than
+    lease_s is an orphan; PENDING longer than max_pending_age_s is CANCELED.
+    """
+
+    interval_s: PosFloat = 30.0
+    lease_s: PosFloat | None = None
+    heartbeat_s: PosFloat | None = None
+    max_pending_age_s: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _beat_within_lease(self) -> Sweeper:
+        if self.heartbeat_s is not None and self.lease_s is not None \
+                and self.heartbeat_s >= self.lease_s:
+            raise ValueError(f"heartbeat_s must be < lease_s (got heartbeat_s="
+                             f"{self.heartbeat_s!r}, lease_s={self.lease_s!r})")
+        return self
+
+
+class Alerts(Strict):
+    """The source's four alerts; thresholds are configuration (see DESIGN.md)."""
+
+    running_limit: PosFloat | None = None
+    running_for_s: NonNeg = 300.0
+    queue_depth: NonNeg = 500
+    queue_for_s: NonNeg = 600.0
+    success_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
+    min_finished: Annotated[int, Field(ge=0)] = 20
+    p99_ratio: PosFloat = 2.0
+    p99_baseline_s: dict[str, PosFloat] = Field(default_factory=dict)
+
+
+Workers = Annotated[int, Field(ge=1, le=MAX_WORKERS)] | Literal["unbounded"]
+
+
+class Limits(Strict):
+    """Everything deployable: workers, the task lifecycle's policies, the fuses, the pools."""
+
+    workers: Workers = 10
+    claim_batch: Annotated[int, Field(ge=1, le=10_000)] = 1
+    watchdog_interval_s: PosFloat = 1.0
+    task_timeout_s: PosFloat = 60.0
+    retry: RetrySpec = RetrySpec()
+    kinds: dict[str, KindLimits] = Field(default_factory=dict)
+    sweeper: Sweeper = Sweeper()
+    alerts: Alerts = Alerts()
+    pools: dict[str, PoolLimits] = Field(default_factory=dict)
+    downstreams: dict[str, DownstreamLimits] = Field(default_factory=dict)
+    batches: list[BatchLimits] = Field(default_factory=list)
+
+    @field_validator("batches")
+    @classmethod
+    def _batch_ids_unique(cls, batches: list[BatchLimits]) -> list[BatchLimits]:
+        seen: set[str] = set()
+        for batch in batches:
+            if batch.id in seen:
+                raise ValueError(f"batch id {batch.id!r} is listed twice")
+            seen.add(batch.id)
+        return batches
+
+    def batch(self, batch_id: str | None) -> BatchLimits | None:
+        """The limits of one batch id, if the file names it."""
+        return next((b for b in self.batches if b.id == batch_id), None)
+
+
+#: The keys a limits file may hold below each mapping that a scenario shares with it: what a
+#: scenario keeps of its own there (a pool's outages, a downstream's provider, a batch's
+#: program) is the world's.
+LIMITS_KEYS: dict[str, tuple[str, ...]] = {
+    "": tuple(Limits.model_fields),
+    "pools": tuple(PoolLimits.model_fields),
+    "downstreams": tuple(DownstreamLimits.model_fields),
+    "batches": tuple(k for k in BatchLimits.model_fields if k != "id"),
+}
