@@ -21,7 +21,7 @@ from lab.scenario import Scenario
 from lab.sim import Simulation
 from lab.timeline import TimelineRecorder, header, series_names
 from taskfuse.core.events import Event, EventKind
-from taskfuse.trace import TraceWriter
+from taskfuse.trace import TraceWriter, compact
 
 _SUBMIT = EventKind.SUBMIT
 
@@ -35,15 +35,11 @@ class RunResult:
 
 
 def _trace_sink(writer: TraceWriter) -> Any:
-    """Events go to the trace with times rounded to the microsecond and trace ids only on
-    submit events (a task's trace id never changes), which keeps big traces small."""
+    """Events go to the trace in its compact form (`taskfuse.trace.compact`)."""
     append = writer.event
 
     def sink(e: Event) -> None:
-        if e.kind == _SUBMIT:
-            append((round(e.t, 6), *e[1:]))
-        else:
-            append((round(e.t, 6), e[1], e[2], e[3], None, *e[5:]))
+        append(compact(e))
 
     return sink
 

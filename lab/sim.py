@@ -13,6 +13,7 @@ it found work, so there is no thundering herd and no polling.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Generator
@@ -22,6 +23,7 @@ from typing import Any
 import simpy
 
 from lab.calls import Downstream
+from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
 from lab.model.business import BusinessTraffic
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT, Pool
 from lab.model.provider import Provider
@@ -29,7 +31,7 @@ from lab.scenario import BatchSpec, CallStep, DbStep, Scenario, Step, WorkStep
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
-from taskfuse.core.scheduler import Completed, Scheduler, Work
+from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.limits.build import (
@@ -37,6 +39,7 @@ from taskfuse.limits.build import (
     breaker_config,
     build_guard,
     build_scheduler,
+    heartbeat_interval,
     running_limit,
 )
 from taskfuse.store.memory import MemoryStore
@@ -52,7 +55,6 @@ class Program:
     """A task's steps compiled to tuples of samplers and model objects."""
 
     steps: list[tuple[Any, ...]]
-    downstreams: tuple[str, ...]
 
 
 @dataclass
@@ -95,6 +97,9 @@ class Simulation:
         self.idle: dict[simpy.Event, None] = {}
         self.workers: list[simpy.Process] = []
         self.dead: set[int] = set()
+        self.attempts: dict[str, Task] = {}  # attempts in progress, for the heartbeat
+        self.watchdog_due = float("inf")
+        self._watchdog: simpy.Process
         self.arrivals_left = 0
         self.finished = self.env.event()
         self.ended_at: float | None = None
@@ -151,7 +156,6 @@ class Simulation:
 
     def _compile(self, steps: list[Step]) -> Program:
         compiled: list[tuple[Any, ...]] = []
-        gated: list[str] = []
         for k, step in enumerate(steps):
             rng = self.rng(f"program:{len(self.programs)}:{k}")
             if isinstance(step, WorkStep):
@@ -163,9 +167,7 @@ class Simulation:
             elif isinstance(step, CallStep):
                 ds = self.downstreams[step.call.downstream]
                 compiled.append((CALL, ds, step.call.count.sampler(rng)))
-                if ds.guard.breaker is not None and ds.name not in gated:
-                    gated.append(ds.name)
-        program = Program(compiled, tuple(gated))
+        program = Program(compiled)
         self.programs.append(program)
         return program
 
@@ -180,50 +182,22 @@ class Simulation:
     def _arrivals(self, spec: BatchSpec) -> Generator[simpy.Event, Any, None]:
         env = self.env
         make = self._task_factory(spec)
-        arrival = spec.arrival
-        if arrival.start_s > 0:
-            yield env.timeout(arrival.start_s)
-        if arrival.kind == "closed":
-            self._submit([s for i in range(spec.count) for s in make(i)], spec)
-        else:
-            expo = self.rng(f"arrivals:{spec.id}").expovariate
-            steps = sorted((s.at_s, s.rate) for s in arrival.steps)
-            i = 0
-            while i < spec.count and env.now < self.sc.horizon_s:
-                rate = _rate_at(arrival.rate or 0.0, steps, env.now)
-                change = next((at for at, _ in steps if at > env.now), None)
-                gap = expo(rate) if rate > 0 else float("inf")
-                if change is not None and env.now + gap >= change:
-                    yield env.timeout(change - env.now)
-                    continue
-                if gap == float("inf"):
-                    break
-                yield env.timeout(gap)
-                self._submit(make(i), spec)
-                i += 1
+        for at, first, end in arrivals(spec.arrival, spec.count, self.sc.horizon_s,
+                                       self.rng(f"arrivals:{spec.id}")):
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            self._submit(make.many(first, end), spec)
         self.arrivals_left -= 1
         self._check_finished()
 
-    def _task_factory(self, spec: BatchSpec) -> Callable[[int], list[TaskSpec]]:
-        program = self._compile(spec.program)
+    def _task_factory(self, spec: BatchSpec) -> TaskFactory:
+        self._compile(spec.program)
         index = len(self.programs) - 1
-        children = [(c, self._compile(c.program), len(self.programs) - 1) for c in spec.children]
-        rng = self.rng(f"children:{spec.id}")
-        keyed = spec.duplicates > 0
-
-        def make(i: int) -> list[TaskSpec]:
-            tid = f"{spec.id}-{i}"
-            out = [TaskSpec(spec.kind, index, tid, spec.id, None, tid if keyed else None, (),
-                            spec.priority, spec.max_retry, spec.timeout_s, None,
-                            program.downstreams)]
-            for child, cprog, cindex in children:
-                n = int(child.count.sampler(rng)() + 0.5)
-                out += [TaskSpec(child.kind, cindex, f"{tid}.{child.kind}{j}", spec.id, None,
-                                 None, (tid,), spec.priority, spec.max_retry, spec.timeout_s,
-                                 None, cprog.downstreams) for j in range(n)]
-            return out
-
-        return make
+        children = []
+        for child in spec.children:
+            self._compile(child.program)
+            children.append(len(self.programs) - 1)
+        return TaskFactory(spec, self.sc, index, children, self.seed)
 
     def _submit(self, specs: list[TaskSpec], batch: BatchSpec) -> None:
         if not specs:
@@ -231,14 +205,10 @@ class Simulation:
         now = self.env.now
         self.scheduler.submit_many(specs, now, batch_id=batch.id)
         self.stats.submitted += len(specs)
-        if batch.duplicates:
-            dup = self.rng(f"duplicates:{batch.id}:{specs[0].task_id}").random
-            again = [s for s in specs if s.idempotency_key and dup() < batch.duplicates]
-            if again:
-                self.scheduler.submit_many(
-                    [TaskSpec(**{**_spec_fields(s), "task_id": s.task_id + "~dup"})
-                     for s in again], now, batch_id=batch.id)
-                self.stats.duplicates += len(again)
+        again = duplicates_of(specs, batch, self.seed)
+        if again:
+            self.scheduler.submit_many(again, now, batch_id=batch.id)
+            self.stats.duplicates += len(again)
         self._wake(len(specs))
 
     # -- workers ---------------------------------------------------------------------------
@@ -304,6 +274,10 @@ class Simulation:
         env = self.env
         stats = self.stats
         stats.attempts += 1
+        self.attempts[task.task_id] = task
+        if task.started_at + task.timeout + DEADLINE_SLACK_S < self.watchdog_due:  # type: ignore[operator]
+            self.watchdog_due = 0.0  # a deadline before the watchdog's next look: wake it
+            self._watchdog.interrupt("deadline")
         if task.version == 1:
             stats.first_waits.append(env.now - task.created_at)
         program = self.programs[task.payload]
@@ -326,8 +300,10 @@ class Simulation:
                 if error is not None or (step is not last and self.scheduler.is_cancelled(task)):
                     break  # cooperative cancel between steps; after the last, complete() tells
         except simpy.Interrupt:
+            self.attempts.pop(task.task_id, None)
             self._abandon(held)
             raise
+        self.attempts.pop(task.task_id, None)
         self._release(held)
         self._complete(task, OK if error is None else Outcome.failure(error))
 
@@ -390,13 +366,32 @@ class Simulation:
     # -- periodic processes ----------------------------------------------------------------
 
     def watchdog(self) -> Generator[simpy.Event, Any, None]:
+        """Expire overdue tasks, then sleep until the core's next deadline (or the interval):
+        the runtime's watchdog, in virtual time. A task that starts with an earlier deadline
+        wakes it (`_started`)."""
         env = self.env
-        interval = self.sc.watchdog_interval_s
+        scheduler = self.scheduler
+        interval = self.limits.watchdog_interval_s
         while True:
-            yield env.timeout(interval)
-            if self.scheduler.expire(env.now):
+            if scheduler.expire(env.now):
                 self._wake(1)
                 self._check_finished()
+            wait = scheduler.watchdog_wait(env.now, interval)
+            self.watchdog_due = env.now + wait
+            with contextlib.suppress(simpy.Interrupt):  # woken early by a sooner deadline
+                yield env.timeout(wait)
+
+    def heartbeat(self, interval: float) -> Generator[simpy.Event, Any, None]:
+        """Renew the lease of every attempt in progress, every `interval`: the runtime's
+        heartbeat thread. A crashed worker's attempt is no longer in `attempts`, so its lease
+        lapses and the sweeper takes the task back, as it would for real."""
+        env = self.env
+        heartbeat = self.scheduler.heartbeat
+        while True:
+            yield env.timeout(interval)
+            now = env.now
+            for task in list(self.attempts.values()):
+                heartbeat(task, now)
 
     def sweeper(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -448,7 +443,9 @@ class Simulation:
         else:
             for i in range(int(workers)):
                 self.workers.append(env.process(self.worker(f"w{i + 1}", i)))
-        env.process(self.watchdog())
+        self._watchdog = env.process(self.watchdog())
+        if self.limits.sweeper.lease_s is not None:  # without a lease, renewals change nothing
+            env.process(self.heartbeat(heartbeat_interval(self.limits)))
         env.process(self.sweeper())
         env.process(self.sampler())
         if self.sc.faults:
@@ -477,13 +474,4 @@ class Simulation:
         return int(next(self.env._eid))  # type: ignore[attr-defined]
 
 
-def _rate_at(base: float, steps: list[tuple[float, float]], now: float) -> float:
-    rate = base
-    for at, r in steps:
-        if at <= now:
-            rate = r
-    return rate
 
-
-def _spec_fields(spec: TaskSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in TaskSpec.__slots__}

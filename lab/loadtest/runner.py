@@ -38,8 +38,9 @@ from lab.loadtest.pools import RealPool, libpq_url, open_pools
 from lab.loadtest.scale import scale_scenario
 from lab.loadtest.servers import ProviderServers
 from lab.loadtest.view import make_view
+from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
 from lab.report import build_report
-from lab.scenario import BatchSpec, CallStep, Scenario, ScenarioError
+from lab.scenario import BatchSpec, Scenario, ScenarioError
 from lab.timeline import TimelineRecorder, header, series_names
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
@@ -53,7 +54,7 @@ from taskfuse.runtime.app import new_task_id
 from taskfuse.runtime.errors import RUNTIME_FATAL
 from taskfuse.store import open_store, redact_url
 from taskfuse.store.memory import MemoryStore
-from taskfuse.trace import TraceWriter
+from taskfuse.trace import TraceWriter, compact
 
 #: `workers: unbounded` (open loop) becomes this many worker threads at most.
 UNBOUNDED_WORKERS = 1000
@@ -144,8 +145,7 @@ class EventSink:
         with self.lock:
             writer = self.writer
             if writer is not None and not writer.closed:
-                trace_id = event.trace_id if event.kind == EventKind.SUBMIT else None
-                writer.event((round(event.t, 6), *event[1:4], trace_id, *event[5:]))
+                writer.event(compact(event))
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -366,66 +366,31 @@ class LoadTest:
 
     # -- arrivals --------------------------------------------------------------------------
 
-    def _task_factory(self, batch: BatchSpec) -> Callable[[int], list[TaskSpec]]:
-        """Task specs of one arrival, as the simulator makes them (ids, DAG, keys)."""
-        program = self.programs.compile(batch.program)
-        gated = _gated(batch.program, self.scaled)
-        children = [(c, self.programs.compile(c.program), _gated(c.program, self.scaled))
-                    for c in batch.children]
-        rng = random.Random(f"{self.seed}:children:{batch.id}")
-        keyed = batch.duplicates > 0
+    def _task_factory(self, batch: BatchSpec) -> TaskFactory:
+        """Task specs of one arrival, made by the simulator's own factory (ids, DAG, keys)."""
         for kind in {batch.kind, *(c.kind for c in batch.children)}:
             if kind not in self.app.tasks:
                 self.app.task(kind)(self.programs.run)
+        return TaskFactory(batch, self.scaled, self.programs.compile(batch.program),
+                           [self.programs.compile(c.program) for c in batch.children],
+                           self.seed)
 
-        def make(i: int) -> list[TaskSpec]:
-            tid = f"{batch.id}-{i}"
-            out = [TaskSpec(batch.kind, program, tid, batch.id, None, tid if keyed else None,
-                            (), batch.priority, batch.max_retry, batch.timeout_s, None, gated)]
-            for child, cprog, cgated in children:
-                n = int(child.count.sampler(rng)() + 0.5)
-                out += [TaskSpec(child.kind, cprog, f"{tid}.{child.kind}{j}", batch.id, None,
-                                 None, (tid,), batch.priority, batch.max_retry, batch.timeout_s,
-                                 None, cgated) for j in range(n)]
-            return out
-
-        return make
-
-    def _arrivals(self, batch: BatchSpec, make: Callable[[int], list[TaskSpec]]) -> None:
-        """One batch's arrivals in real time: all at once (closed) or a Poisson stream."""
-        arrival = batch.arrival
-        if self.pause(arrival.start_s - self.clock.elapsed()):
-            return
-        if arrival.kind == "closed":
-            self._submit([s for i in range(batch.count) for s in make(i)], batch)
-            return
-        expo = random.Random(f"{self.seed}:arrivals:{batch.id}").expovariate
-        steps = sorted((s.at_s, s.rate) for s in arrival.steps)
-        at, i = self.clock.elapsed(), 0
-        while i < batch.count and at < self.scaled.horizon_s:
-            rate = next((r for t, r in reversed(steps) if t <= at), arrival.rate or 0.0)
-            change = next((t for t, _ in steps if t > at), None)
-            gap = expo(rate) if rate > 0 else float("inf")
-            if change is not None and at + gap >= change:
-                at = change
-                continue
-            if gap == float("inf") or self.pause(at + gap - self.clock.elapsed()):
+    def _arrivals(self, batch: BatchSpec, make: TaskFactory) -> None:
+        """One batch's arrivals in real time, at the simulator's arrival times."""
+        times = arrivals(batch.arrival, batch.count, self.scaled.horizon_s,
+                         random.Random(f"{self.seed}:arrivals:{batch.id}"))
+        for at, first, end in times:
+            if self.pause(at - self.clock.elapsed()):
                 return
-            at += gap
-            self._submit(make(i), batch)
-            i += 1
+            self._submit(make.many(first, end), batch)
 
     def _submit(self, specs: list[TaskSpec], batch: BatchSpec) -> None:
         if not specs:
             return
         self.runner.submit_many(specs, batch_id=batch.id)
-        again: list[TaskSpec] = []
-        if batch.duplicates:
-            dup = random.Random(f"{self.seed}:duplicates:{batch.id}:{specs[0].task_id}").random
-            again = [_duplicate(s) for s in specs if s.idempotency_key and
-                     dup() < batch.duplicates]
-            if again:
-                self.runner.submit_many(again, batch_id=batch.id)
+        again = duplicates_of(specs, batch, self.seed)
+        if again:
+            self.runner.submit_many(again, batch_id=batch.id)
         with self._submit_lock:
             self.submitted += len(specs)
             self.duplicates += len(again)
@@ -507,22 +472,6 @@ def _warnings(report: dict[str, Any], scale: float) -> list[str]:
             notes.append(f"{name}: peaks at {real_rps:,.0f} requests per real second (over "
                          f"{MAX_FAITHFUL_REAL_RPS}): use a larger --time-scale")
     return notes
-
-
-def _gated(program: list[Any], scenario: Scenario) -> tuple[str, ...]:
-    """The downstreams with a breaker that a program calls (its tasks wait while open)."""
-    names: list[str] = []
-    for step in program:
-        if isinstance(step, CallStep):
-            name = step.call.downstream
-            if scenario.downstreams[name].client.breaker is not None and name not in names:
-                names.append(name)
-    return tuple(names)
-
-
-def _duplicate(spec: TaskSpec) -> TaskSpec:
-    fields = {name: getattr(spec, name) for name in TaskSpec.__slots__}
-    return TaskSpec(**{**fields, "task_id": f"{spec.task_id}~dup"})
 
 
 def _alerts(sc: Scenario, metrics: MetricsAggregator, emit: Callable[[Event], None]

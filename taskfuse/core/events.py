@@ -41,6 +41,54 @@ class Event(NamedTuple):
 
 EventSink = Callable[[Event], None]
 
+_ALWAYS = frozenset({"t", "kind"})
+
+#: The one schema of events, by kind: the fields each always carries (REQUIRED) and those it
+#: may carry (OPTIONAL); every other field stays None. One meaning per field, whoever emits:
+#: `value` is seconds for WAIT (time waited) and CALL (the call's latency), the new limit for
+#: LIMIT and the measured value for ALERT; `attempt` is the task's 1-based attempt; `subject`
+#: names the downstream, pool, gateway or alert rule; `reason` is the outcome kind of a CALL
+#: ("ok" or an error kind), what was waited for in a WAIT ("bulkhead", "pool",
+#: "pool_timeout"), why a MOVE or BREAKER change happened. A trace keeps `trace_id` only on
+#: SUBMIT events (a task's trace id never changes); in memory every task event carries it.
+REQUIRED: dict[str, frozenset[str]] = {
+    EventKind.SUBMIT: _ALWAYS | {"task_id", "trace_id", "dst", "attempt"},
+    EventKind.MOVE: _ALWAYS | {"task_id", "src", "dst", "reason", "attempt"},
+    EventKind.BREAKER: _ALWAYS | {"src", "dst", "reason", "subject"},
+    EventKind.WAIT: _ALWAYS | {"task_id", "reason", "attempt", "subject", "value"},
+    EventKind.CALL: _ALWAYS | {"task_id", "reason", "attempt", "subject", "value"},
+    EventKind.ALERT: _ALWAYS | {"dst", "subject", "value"},
+    EventKind.LIMIT: _ALWAYS | {"reason", "subject", "value"},
+}
+OPTIONAL: dict[str, frozenset[str]] = {
+    EventKind.SUBMIT: frozenset({"batch_id"}),
+    EventKind.MOVE: frozenset({"batch_id", "trace_id", "worker"}),
+    EventKind.BREAKER: frozenset(),
+    EventKind.WAIT: frozenset({"batch_id", "trace_id", "worker"}),
+    EventKind.CALL: frozenset({"batch_id", "trace_id", "worker"}),
+    EventKind.ALERT: frozenset(),
+    EventKind.LIMIT: frozenset(),
+}
+
+
+def schema_problems(event: Event) -> list[str]:
+    """What is wrong with `event` against the schema (empty when it conforms)."""
+    required = REQUIRED.get(event.kind)
+    if required is None:
+        return [f"unknown event kind {event.kind!r}"]
+    allowed = required | OPTIONAL[event.kind]
+    problems = [f"{event.kind}: {name} is missing" for name in Event._fields
+                if name in required and getattr(event, name) is None]
+    problems += [f"{event.kind}: {name} should be None, got {getattr(event, name)!r}"
+                 for name in Event._fields
+                 if name not in allowed and getattr(event, name) is not None]
+    if event.attempt is not None and not (isinstance(event.attempt, int) and event.attempt >= 1):
+        problems.append(f"{event.kind}: attempt should be an integer >= 1, got {event.attempt!r}")
+    seconds = event.kind in (EventKind.WAIT, EventKind.CALL)
+    if seconds and event.value is not None and not event.value >= 0:
+        problems.append(f"{event.kind}: value should be seconds >= 0, got {event.value!r}")
+    return problems
+
 
 class EventList:
     """A sink that keeps every event in memory: for tests and small runs."""

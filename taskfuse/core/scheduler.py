@@ -45,6 +45,8 @@ _RUNNING = TaskStatus.RUNNING
 _PENDING = TaskStatus.PENDING
 _MOVE = EventKind.MOVE
 _NOTHING: frozenset[str] = frozenset()
+#: How long after a deadline the watchdog looks: `expire` wants started_at + timeout < now.
+DEADLINE_SLACK_S = 0.002
 
 
 class SchedulerError(TaskfuseError):
@@ -242,6 +244,20 @@ class Scheduler:
         ]
         due = [t for t in times if t is not None]
         return min(due) if due else None
+
+    def watchdog_wait(self, now: float, max_wait: float) -> float:
+        """Seconds until the watchdog should look again: just past the earliest deadline of a
+        RUNNING task (overdue means strictly past it), and never longer than `max_wait`.
+
+        Every driver times its watchdog with this, so a timeout is noticed at the same moment
+        in a simulation and in a real run; a driver that starts a task whose deadline comes
+        sooner than its watchdog's next look wakes the watchdog to ask again.
+        """
+        deadline = self.store.next_deadline()
+        if deadline is None:
+            return max_wait
+        wait = deadline - now + DEADLINE_SLACK_S
+        return max_wait if wait > max_wait else (wait if wait > 0.0 else 0.0)
 
     def next_wakeup(self, now: float) -> float | None:
         """The earliest time anything becomes due: a claim, a deadline, a breaker."""

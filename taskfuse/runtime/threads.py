@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from taskfuse.core.events import Event, EventKind, EventSink
-from taskfuse.core.scheduler import Completed, Idle, LostRace, Scheduler, Work
+from taskfuse.core.scheduler import (
+    DEADLINE_SLACK_S,
+    Completed,
+    Idle,
+    LostRace,
+    Scheduler,
+    Work,
+)
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Outcome, Task, TaskSpec
@@ -52,8 +59,6 @@ from taskfuse.store.memory import MemoryStore
 log = logging.getLogger("taskfuse.runtime")
 
 _UNFINISHED = (TaskStatus.PENDING, TaskStatus.RUNNING)
-#: Added to a deadline before the watchdog looks: expire() wants started_at + timeout < now.
-_DEADLINE_SLACK_S = 0.002
 #: Bound of idle waits on a durable store: without notifications, and with them (a net).
 _POLL_S = 0.25
 _LISTEN_BOUND_S = 1.0
@@ -443,7 +448,7 @@ class Runner:
         self._running[task.task_id] = ctx
         self.stats.claimed += 1
         deadline = task.deadline
-        if deadline is not None and deadline + _DEADLINE_SLACK_S < self._watchdog_due:
+        if deadline is not None and deadline + DEADLINE_SLACK_S < self._watchdog_due:
             self._watch_cond.notify()
         return ctx
 
@@ -498,14 +503,11 @@ class Runner:
                 now = self.clock()
                 try:
                     moved = self.scheduler.expire(now)
-                    nxt = self.store.next_deadline()
+                    wait = self.scheduler.watchdog_wait(now, self._watchdog_s)
                 except Exception:
                     log.exception("watchdog pass failed")
-                    moved, nxt = [], None
+                    moved, wait = [], self._watchdog_s
                 self._expired(moved)
-                wait = self._watchdog_s
-                if nxt is not None:
-                    wait = min(wait, max(0.0, nxt - now) + _DEADLINE_SLACK_S)
                 self._watchdog_due = now + wait
                 self._watch_cond.wait(wait)
 

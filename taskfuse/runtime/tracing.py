@@ -24,7 +24,7 @@ from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import Guard
 from taskfuse.core.metrics import AlertEvaluator, AlertRule, MetricsAggregator, default_rules
 from taskfuse.core.states import TERMINAL, TaskStatus
-from taskfuse.trace import BREAKER_CODES, TraceWriter
+from taskfuse.trace import BREAKER_CODES, TraceWriter, compact
 
 if TYPE_CHECKING:
     from taskfuse.runtime.threads import Runner
@@ -102,7 +102,7 @@ class RuntimeTrace:
                 self._errors[event.subject] += 1
         with self._lock:
             if not self._writer.closed:
-                self._writer.event(event._replace(t=event.t - self.t0))
+                self._writer.event(compact(event._replace(t=event.t - self.t0)))
 
     def run(self) -> None:
         """The sampler thread's loop: one row now, then one every interval, until closed."""
