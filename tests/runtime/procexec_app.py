@@ -114,3 +114,4 @@ def failing_call(ctx: Any, payload: Any) -> str:
 app.task("hang", timeout=1, max_retry=0, executor="process")(hang)
 app.task("double", executor="process")(double)
 app.task("double_thread")(double)
+app.task("hang_long", timeout=60, executor="process")(hang)
