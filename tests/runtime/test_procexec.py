@@ -163,6 +163,31 @@ def test_a_crashed_task_process_is_a_retryable_failure_and_is_replaced(make_runn
     assert runner.join(JOIN_S) and runner.get(after.task_id).status is TaskStatus.SUCCESS
 
 
+def test_a_task_process_inherits_no_open_file_of_its_worker(make_runner, tmp_path) -> None:
+    from taskfuse.store import open_store
+
+    db = tmp_path / "tasks.db"
+    app = process_app(pid=(tasks.pid, {}))
+    runner = make_runner(app, store=open_store(f"sqlite:///{db}"), workers=1)
+    task = runner.submit("pid")
+    assert runner.join(JOIN_S)
+    child = runner.get(task.task_id).result
+    assert any(str(db) in target for target in _open_files(os.getpid()))  # the worker's
+    assert not any(str(db) in target for target in _open_files(child))
+    assert not any(target.startswith("TCP") for target in _open_files(child))
+
+
+def _open_files(pid: int) -> list[str]:
+    folder = f"/proc/{pid}/fd"
+    targets = []
+    for fd in os.listdir(folder):
+        try:
+            targets.append(os.readlink(f"{folder}/{fd}"))
+        except OSError:
+            continue
+    return targets
+
+
 # -- the same answers as a thread ----------------------------------------------------------
 
 

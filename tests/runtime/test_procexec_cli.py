@@ -79,6 +79,7 @@ def test_drain_ends_hung_process_tasks_as_timeout_and_leaves_no_task_process(
     log = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     hanging = {r["trace_id"]: int(r["msg"].split()[-1]) for r in log
                if r["msg"].startswith("hanging in pid")}
+    assert any("kinds double [process], double_thread, hang [process]" in r["msg"] for r in log)
     assert set(hanging) == {t.trace_id for t in hung}  # forwarded logs carry the trace_id
     assert len(set(hanging.values())) == 4  # each hung task had its own process, killed
     assert [pid for pid in hanging.values() if alive(pid)] == []
