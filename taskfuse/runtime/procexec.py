@@ -132,9 +132,6 @@ class ProcessPool:
             return _refused(ctx, PAYLOAD_UNSERIALIZABLE,
                             f"the payload ({type(task.payload).__name__}) cannot cross to a "
                             f"task process as {definition.serializer}: {exc}")
-        child = self._checkout()
-        if child is None:
-            return Outcome.failure(ErrorKind.CANCELED, "the worker is shutting down")
         job = procworker.Job(
             fn_reference(task.kind, definition.fn), definition.serializer, payload,
             procworker.Attempt(task.task_id, task.trace_id, task.kind, task.attempt,
@@ -142,6 +139,11 @@ class ProcessPool:
             (logging.getLogger().getEffectiveLevel(),
              logging.getLogger("taskfuse").getEffectiveLevel()),
         )
+        if ctx.stopped:  # canceled between the claim and now: no process to spend
+            return Outcome.failure(ErrorKind.CANCELED, "stopped before it started")
+        child = self._checkout()
+        if child is None:
+            return Outcome.failure(ErrorKind.CANCELED, "the worker is shutting down")
         attempt = _Attempt(ctx, child, definition.serializer)
         try:
             outcome = attempt.drive(job)
@@ -211,7 +213,10 @@ class ProcessPool:
             self.killed += 1
             replace = not self._closed and len(self._idle) + len(self._busy) < self.size
         if replace:  # now, so the next task does not wait for a start
-            self._start(busy=False)
+            try:
+                self._start(busy=False)
+            except Exception:  # the next checkout tries again; this attempt's end stands
+                log.exception("could not start a replacement task process")
         return code
 
     def _start(self, busy: bool) -> _Child | None:

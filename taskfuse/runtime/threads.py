@@ -22,7 +22,9 @@ stores compare times across processes; intervals are measured with time.monotoni
 
 Stopping a running task is cooperative: a cancel, a timeout, a lost lease or a release at
 shutdown sets the attempt's stop Event (seen by `ctx.cancelled()` and `ctx.sleep()`), and
-whatever it returns later loses the version check (`LostRace`) and is discarded.
+whatever it returns later loses the version check (`LostRace`) and is discarded. A kind
+registered with executor="process" runs in a task process instead, which the worker thread
+kills on that same signal (`taskfuse.runtime.procexec`), so a hung task cannot keep it.
 """
 
 from __future__ import annotations
