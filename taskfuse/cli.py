@@ -381,8 +381,10 @@ def _serve_metrics(runner: Runner, args: argparse.Namespace) -> MetricsServer | 
 
 def _run_worker(runner: Any, args: argparse.Namespace, stop: threading.Event) -> None:
     runner.start()
+    kinds = [f"{kind} [process]" if d.executor == "process" else kind
+             for kind, d in sorted(runner.app.tasks.items())]
     log.info("worker %s started: %d threads on %s, kinds %s", runner.worker_id, args.workers,
-             redact_url(args.store), ", ".join(sorted(runner.app.tasks)) or "none")
+             redact_url(args.store), ", ".join(kinds) or "none")
     try:
         if args.drain:
             while not stop.is_set() and not runner.join(timeout=0.5):

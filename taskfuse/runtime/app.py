@@ -48,9 +48,13 @@ from taskfuse.core.storeapi import Store
 from taskfuse.core.task import TaskSpec
 from taskfuse.runtime.errors import RUNTIME_FATAL, RuntimeConfigError, UnknownKind
 from taskfuse.runtime.fleet import FleetLimits, build_fleet
+from taskfuse.runtime.procexec import EXECUTORS, fn_reference
+from taskfuse.runtime.procworker import SERIALIZERS
 
 F = TypeVar("F", bound=Callable[..., Any])
 Scope = Literal["process", "fleet"]
+Executor = Literal["thread", "process"]
+Serializer = Literal["json", "pickle"]
 
 #: A worker renews the lease of each task it runs every DEFAULT_LEASE_S / 3 seconds; the
 #: sweeper treats a task whose lease is older than this as orphaned.
@@ -67,6 +71,10 @@ class TaskDef:
     max_retry: int | None = None
     downstreams: tuple[str, ...] = ()
     priority: int = 0
+    #: "thread": runs on the worker thread; "process": in a task process that can be killed
+    #: (taskfuse.runtime.procexec), its payload and result crossing as `serializer`.
+    executor: Executor = "thread"
+    serializer: Serializer = "json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +163,24 @@ class App:
         downstreams: Sequence[str] = (),
         priority: int = 0,
         policy: RetryPolicy | None = None,
+        executor: Executor = "thread",
+        serializer: Serializer | None = None,
     ) -> Callable[[F], F]:
-        """Register `fn(ctx, payload)` for `kind`; the function is returned unchanged."""
+        """Register `fn(ctx, payload)` for `kind`; the function is returned unchanged.
+
+        ``executor="process"`` runs it in a task process that is killed when the attempt
+        must stop (a timeout, a cancel), for work that may hang without looking at `ctx`;
+        its payload and result cross as ``serializer`` ("json", the default, or "pickle").
+        """
         if kind in self.tasks:
             raise RuntimeConfigError(f"kind {kind!r} is already registered")
+        _check_executor(kind, executor, serializer)
 
         def register(fn: F) -> F:
-            self.tasks[kind] = TaskDef(kind, fn, timeout, max_retry, tuple(downstreams), priority)
+            if executor == "process":  # refused here, not in a task process at the first run
+                fn_reference(kind, fn)
+            self.tasks[kind] = TaskDef(kind, fn, timeout, max_retry, tuple(downstreams), priority,
+                                       executor, serializer or "json")
             if policy is not None:
                 self.policies[kind] = _with_runtime_fatal(policy)
             return fn
@@ -244,6 +263,20 @@ class App:
         for ds in self.downstreams.values():
             sched.add_guard(ds.build(now))
         return sched
+
+
+def _check_executor(kind: str, executor: str, serializer: str | None) -> None:
+    if executor not in EXECUTORS:
+        raise RuntimeConfigError(f"kind {kind!r}: executor must be one of "
+                                 f"{', '.join(EXECUTORS)}, got {executor!r}")
+    if serializer is None:
+        return
+    if executor != "process":
+        raise RuntimeConfigError(f"kind {kind!r}: serializer is for executor='process' (a "
+                                 f"thread task's payload and result never leave the process)")
+    if serializer not in SERIALIZERS:
+        raise RuntimeConfigError(f"kind {kind!r}: serializer must be one of "
+                                 f"{', '.join(SERIALIZERS)}, got {serializer!r}")
 
 
 def new_task_id() -> str:

@@ -160,6 +160,17 @@ class TaskContext:
         """Whether this attempt has been told to stop (without asking the store)."""
         return self._stopped
 
+    def set_stop_event(self, event: threading.Event) -> None:
+        """Use `event` as this attempt's stop signal (set at once if already stopped).
+
+        For an executor that waits on something other than `sleep`: the process executor
+        waits on its child's pipe and passes an Event whose `set` also wakes that wait.
+        """
+        with self._runner.lock:
+            self._event = event
+            if self._stopped:
+                event.set()
+
     def wait_stop(self, seconds: float) -> bool:
         """Wait up to `seconds` for a stop signal; True if one came."""
         with self._runner.lock:
@@ -337,8 +348,17 @@ class DownstreamCall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        latency = time.monotonic() - self._start
-        ok = exc_type is None
+        self.finish(None if exc_type is None else call_error_kind(exc))
+
+    def finish(self, error_kind: str | None, latency: float | None = None) -> None:
+        """Release what the call holds and record it: `error_kind` None for a success.
+
+        `latency` is measured here unless given: a call made from a task process is
+        admitted here but timed there, so the fuses see the call, not the pipe.
+        """
+        if latency is None:
+            latency = time.monotonic() - self._start
+        ok = error_kind is None
         self._release_fleet()
         runner = self._ctx._runner
         with runner.lock:
@@ -347,13 +367,13 @@ class DownstreamCall:
             before = breaker.state(now) if breaker is not None else None
             runner.grant(self._guard.record(now, ok, latency))
             runner.emit(Event(now, EventKind.CALL, self._ctx.task_id, self._ctx.task.batch_id,
-                              self._ctx.trace_id, None, None, "ok" if ok else _kind(exc),
+                              self._ctx.trace_id, None, None, error_kind or "ok",
                               self._ctx.attempt, None, self._guard.name, latency))
             if breaker is not None and breaker.state(now) is not before:
                 runner.work_changed()
 
 
-def _kind(exc: BaseException | None) -> str:
+def call_error_kind(exc: BaseException | None) -> str:
     """The error kind of a failed call, named as the task's outcome would name it
     (ConnectionResetError -> connection_reset), so call errors and retries agree."""
     if exc is None:

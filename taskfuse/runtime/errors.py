@@ -8,6 +8,9 @@ policy treats as unknown (retryable by default, `RetryPolicy.unknown_retryable`)
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.states import TaskfuseError
 from taskfuse.core.task import Outcome
@@ -19,7 +22,15 @@ MAX_ERROR_MSG = 2000
 UNKNOWN_KIND = "unknown_kind"
 BAD_CONFIG = "bad_config"
 RESULT_ERROR = "result_error"  # the store could not keep what the task returned
-RUNTIME_FATAL: frozenset[str] = frozenset({UNKNOWN_KIND, BAD_CONFIG, RESULT_ERROR})
+#: The process executor could not move a payload to the task's process, or its result back.
+PAYLOAD_UNSERIALIZABLE = "payload_unserializable"
+RESULT_UNSERIALIZABLE = "result_unserializable"
+RUNTIME_FATAL: frozenset[str] = frozenset(
+    {UNKNOWN_KIND, BAD_CONFIG, RESULT_ERROR, PAYLOAD_UNSERIALIZABLE, RESULT_UNSERIALIZABLE}
+)
+#: The task's process ended before it answered (a crash, an OOM kill): retryable, like any
+#: unknown kind, because the next attempt may well fit.
+PROCESS_DIED = "process_died"
 
 
 class RuntimeConfigError(TaskfuseError):
@@ -31,8 +42,12 @@ class UnknownKind(RuntimeConfigError):
 
     def __init__(self, kind: str, known: list[str]) -> None:
         self.kind = kind
+        self.known = known
         names = ", ".join(sorted(known)) or "none"
         super().__init__(f"no task function registered for kind {kind!r} (registered: {names})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.kind, self.known)
 
 
 class UnknownDownstream(RuntimeConfigError):
@@ -40,21 +55,29 @@ class UnknownDownstream(RuntimeConfigError):
 
     def __init__(self, name: str, known: list[str]) -> None:
         self.name = name
+        self.known = known
         names = ", ".join(sorted(known)) or "none"
         super().__init__(f"downstream {name!r} is not configured (configured: {names})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.name, self.known)
 
 
 class TaskError(Exception):
     """Raise from a task function to classify its failure: `TaskError("http_429", "slow down")`.
 
     The kind decides retry or fail through the retry policy (`http_429` retries,
-    `bad_params` fails at once with the default policy).
+    `bad_params` fails at once with the default policy). It and its subclasses here pickle
+    with their own arguments, so they cross to a task process and back unchanged.
     """
 
     def __init__(self, kind: str, message: str = "") -> None:
         self.kind = str(kind)
         self.message = message
         super().__init__(f"{kind}: {message}" if message else kind)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.kind, self.message)
 
 
 class DownstreamRejected(TaskError):
@@ -66,6 +89,9 @@ class DownstreamRejected(TaskError):
         self.retry_at = retry_at
         super().__init__(ErrorKind.BREAKER_OPEN, f"circuit breaker of {name!r} is open")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.downstream, self.retry_at)
+
 
 class TaskCanceled(TaskError):
     """The attempt was told to stop (canceled, timed out, released at shutdown).
@@ -76,6 +102,9 @@ class TaskCanceled(TaskError):
 
     def __init__(self, message: str = "task canceled") -> None:
         super().__init__(ErrorKind.CANCELED, message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.message,)
 
 
 def outcome_of(exc: BaseException) -> Outcome:
@@ -90,6 +119,17 @@ def outcome_of(exc: BaseException) -> Outcome:
     if isinstance(exc, ConnectionResetError):
         return Outcome.failure(ErrorKind.CONNECTION_RESET, _clip(str(exc) or "connection reset"))
     return Outcome.failure(type(exc).__name__, _clip(str(exc)))
+
+
+def attempt_failure(logger: logging.LoggerAdapter[Any] | logging.Logger,
+                    exc: Exception) -> Outcome:
+    """The outcome of an attempt that raised, logged as every executor logs it: a TaskError
+    (the task classified its failure) in one line, anything else with its traceback."""
+    if isinstance(exc, TaskError):
+        logger.info("attempt failed: %s", exc)
+    else:
+        logger.warning("attempt failed: %r", exc, exc_info=exc)
+    return outcome_of(exc)
 
 
 def _clip(msg: str) -> str:

@@ -32,6 +32,8 @@ class JsonFormatter(logging.Formatter):
                 out[name] = value
         if record.exc_info:
             out["error"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # formatted where it happened (a record from a task process)
+            out["error"] = record.exc_text
         return json.dumps(out, default=str)
 
 

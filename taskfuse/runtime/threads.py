@@ -22,7 +22,9 @@ stores compare times across processes; intervals are measured with time.monotoni
 
 Stopping a running task is cooperative: a cancel, a timeout, a lost lease or a release at
 shutdown sets the attempt's stop Event (seen by `ctx.cancelled()` and `ctx.sleep()`), and
-whatever it returns later loses the version check (`LostRace`) and is discarded.
+whatever it returns later loses the version check (`LostRace`) and is discarded. A kind
+registered with executor="process" runs in a task process instead, which the worker thread
+kills on that same signal (`taskfuse.runtime.procexec`), so a hung task cannot keep it.
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.app import App
 from taskfuse.runtime.context import TaskContext
-from taskfuse.runtime.errors import RESULT_ERROR, TaskError, outcome_of
+from taskfuse.runtime.errors import RESULT_ERROR, attempt_failure
 from taskfuse.runtime.fleet import FleetLimits
+from taskfuse.runtime.procexec import ProcessPool
 from taskfuse.store.memory import MemoryStore
 
 log = logging.getLogger("taskfuse.runtime")
@@ -113,6 +116,8 @@ class Runner:
         self.fleet: dict[str, FleetLimits] = app.fleet_limits(store)
         self.scheduler: Scheduler = app.scheduler(store, sinks=sinks, now=clock())
         self.stats = RunnerStats()
+        #: Task processes of kinds with executor="process", started when first needed.
+        self.procs = ProcessPool(workers)
         # In-process store: every change goes through this runner, so waits need no bound.
         # Durable store: other processes write too; a listener thread turns the store's
         # wait_for_work into wake-ups, and waits are bounded as a safety net (poll_s).
@@ -199,6 +204,7 @@ class Runner:
         for thread in self._workers:
             thread.join(max(0.0, deadline - time.monotonic()))
         released = self._release_running()
+        self.procs.close()  # after the release: a killed attempt must not count as failed
         with self.lock:
             self._closed = True
             self._watch_cond.notify_all()
@@ -456,15 +462,12 @@ class Runner:
         """Run the user's function, outside the lock; any exception becomes a failure."""
         task = ctx.task
         try:
-            fn = self.app.definition(task.kind).fn
-            return Outcome.success(fn(ctx, task.payload))
+            definition = self.app.definition(task.kind)
+            if definition.executor == "process":
+                return self.procs.run(ctx, definition)
+            return Outcome.success(definition.fn(ctx, task.payload))
         except Exception as exc:
-            outcome = outcome_of(exc)
-            if isinstance(exc, TaskError):
-                ctx.logger.info("attempt failed: %s", exc)
-            else:
-                ctx.logger.warning("attempt failed: %r", exc, exc_info=exc)
-            return outcome
+            return attempt_failure(ctx.logger, exc)
 
     def _finish(self, ctx: TaskContext, outcome: Outcome) -> tuple[TaskContext, str] | None:
         """Apply an attempt's outcome (lock held); answers what to log if it was discarded."""
