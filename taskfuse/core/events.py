@@ -8,8 +8,9 @@ edge (the trace writer, the Prometheus exporter, the log formatter).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class EventKind(StrEnum):
@@ -123,3 +124,20 @@ class Emitter:
     def __call__(self, event: Event) -> None:
         for sink in self.sinks:
             sink(event)
+
+
+class SerialEmitter(Emitter):
+    """An Emitter for threaded drivers: one event at a time through the sinks, under a lock
+    the driver injects (the core starts no threads and owns no locks). Sinks such as the
+    metrics aggregator or a trace writer then never see two events at once."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, sinks: list[EventSink], lock: AbstractContextManager[Any]) -> None:
+        super().__init__(sinks)
+        self.lock = lock
+
+    def __call__(self, event: Event) -> None:
+        with self.lock:
+            for sink in self.sinks:
+                sink(event)

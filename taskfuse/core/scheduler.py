@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count
 from typing import Any
 
 from taskfuse.core.dag import check_graph
-from taskfuse.core.events import Emitter, Event, EventKind, EventSink
+from taskfuse.core.events import Emitter, Event, EventKind, EventSink, SerialEmitter
 from taskfuse.core.guard import Guard
 from taskfuse.core.retry import ErrorKind, RetryPolicy, RetryThrottle
 from taskfuse.core.states import (
@@ -47,6 +48,13 @@ _MOVE = EventKind.MOVE
 _NOTHING: frozenset[str] = frozenset()
 #: How long after a deadline the watchdog looks: `expire` wants started_at + timeout < now.
 DEADLINE_SLACK_S = 0.002
+
+
+def _same_move(stored: Task, new: Task) -> bool:
+    """Whether `stored` is the record `new` would have written (a repeated write landed)."""
+    return (stored.version == new.version and stored.status is new.status
+            and stored.finished_at == new.finished_at and stored.not_before == new.not_before
+            and stored.retry_count == new.retry_count)
 
 
 class SchedulerError(TaskfuseError):
@@ -111,8 +119,14 @@ class Scheduler:
         sinks: Iterable[EventSink] = (),
         budget: RetryThrottle | None = None,
         ids: Callable[[], str] | None = None,
+        lock: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.store = store
+        #: Held around every decision that reads or changes in-memory state (the rng, the
+        #: budget, the guards), never around a store call: a threaded driver passes the lock
+        #: its fuses share, so database round trips of many threads overlap while decisions
+        #: stay atomic. The lab passes none.
+        self.lock: AbstractContextManager[Any] = lock if lock is not None else nullcontext()
         self.policy = policy or RetryPolicy()
         self.policies = dict(policies or {})
         self.config = config or SchedulerConfig()
@@ -126,6 +140,16 @@ class Scheduler:
         self._new_id = ids or (lambda: f"t{next(seq)}")
 
     # -- set-up ----------------------------------------------------------------------------
+
+    def serialize(self, lock: AbstractContextManager[Any],
+                  emit_lock: AbstractContextManager[Any]) -> None:
+        """Make this scheduler safe for a threaded driver: decisions (rng, budget, guards)
+        under `lock`, which the driver's fuse calls share, and events one at a time under
+        `emit_lock`. Store calls stay outside both, so many threads' round trips overlap."""
+        self.lock = lock
+        self.emit = SerialEmitter(self.emit.sinks, emit_lock)
+        for guard in self.guards.values():
+            guard.emit = self.emit
 
     def add_guard(self, guard: Guard) -> Guard:
         """Register a downstream's fuses; its breaker changes become events."""
@@ -218,18 +242,33 @@ class Scheduler:
         gated = self._gated
         if not gated:
             return _NOTHING
-        return frozenset(g.name for g in gated if g.blocks(now))
+        with self.lock:
+            return frozenset(g.name for g in gated if g.blocks(now))
 
-    def claim(self, worker_id: str, now: float, n: int = 1) -> Work | Idle:
-        tasks = self.store.claim(worker_id, now, n, self.blocked(now))
+    def claim(self, worker_id: str, now: float, n: int = 1, *,
+              exclude: frozenset[str] = _NOTHING,
+              also_blocked: frozenset[str] = _NOTHING) -> Work | Idle:
+        """Up to `n` ready tasks, RUNNING for `worker_id`; or how long to idle.
+
+        `exclude` names tasks this driver must not take now (a previous attempt of theirs is
+        still running here); `also_blocked` adds downstreams the driver cannot start more
+        calls to (its bulkheads are full of tasks it already holds).
+        """
+        blocked = self.blocked(now)
+        if also_blocked:
+            blocked = blocked | also_blocked
+        tasks = self.store.claim(worker_id, now, n, blocked, exclude)
         if not tasks:
             return Idle(self.next_claimable_at(now))
         emit = self.emit
         budget = self.budget
-        for task in tasks:
-            if budget is not None and task.retry_count == 0:
-                budget.record_first(now)  # retries were charged when they were decided
-            if emit.sinks:
+        if budget is not None:
+            with self.lock:
+                for task in tasks:
+                    if task.retry_count == 0:
+                        budget.record_first(now)  # retries were charged when decided
+        if emit.sinks:
+            for task in tasks:
                 emit(Event(now, _MOVE, task.task_id, task.batch_id, task.trace_id, _PENDING,
                            _RUNNING, "claim", task.retry_count + 1, worker_id))
         return Work(tasks)
@@ -237,11 +276,12 @@ class Scheduler:
     def next_claimable_at(self, now: float) -> float | None:
         """When a claim could next succeed without new work arriving (None: never)."""
         times = [self.store.next_ready_at(now)]
-        times += [
-            g.breaker.reopen_at()
-            for g in self.guards.values()
-            if g.breaker is not None and g.blocks(now)
-        ]
+        with self.lock:
+            times += [
+                g.breaker.reopen_at()
+                for g in self.guards.values()
+                if g.breaker is not None and g.blocks(now)
+            ]
         due = [t for t in times if t is not None]
         return min(due) if due else None
 
@@ -268,17 +308,39 @@ class Scheduler:
 
     def complete(self, task: Task, outcome: Outcome, now: float) -> Completed | LostRace:
         """Apply the outcome of the attempt `task` (as claimed) made."""
-        store = self.store
-        current = store.get(task.task_id)
-        if current is None or current.version != task.version or current.status is not _RUNNING:
-            return LostRace(current)
-        new, reason = self._after(current, outcome, now)
-        if not store.swap(new, current.version):
-            return LostRace(store.get(task.task_id))
-        if self.budget is not None:
-            self.budget.record_outcome(now, outcome.ok)
-        self._moved(current, new, now, reason)
-        return Completed(new)
+        return self.complete_many([(task, outcome)], now)[0]
+
+    def complete_many(self, items: Sequence[tuple[Task, Outcome]], now: float
+                      ) -> list[Completed | LostRace]:
+        """Apply the outcomes of many attempts in one round trip to the store (group commit).
+
+        Each new record is built from the attempt's own record (the version it was claimed
+        at) and written with that version as the compare-and-set's expectation, so nothing
+        is read first: an attempt that is no longer the task's current one (timed out,
+        canceled, swept, released) loses its swap and answers `LostRace` with what won.
+        """
+        with self.lock:
+            planned = [self._after(task, outcome, now) for task, outcome in items]
+        won = self.store.swap_many([(new, task.version) for (task, _), (new, _) in
+                                    zip(items, planned, strict=True)])
+        budget = self.budget
+        if budget is not None:
+            with self.lock:
+                for (_, outcome), ok in zip(items, won, strict=True):
+                    if ok:
+                        budget.record_outcome(now, outcome.ok)
+        out: list[Completed | LostRace] = []
+        for (task, _), (new, reason), ok in zip(items, planned, won, strict=True):
+            if ok:
+                self._moved(task, new, now, reason)
+                out.append(Completed(new))
+                continue
+            current = self.store.get(task.task_id)
+            if current is not None and _same_move(current, new):
+                out.append(Completed(current))  # a repeat of a group whose write landed
+            else:
+                out.append(LostRace(current))
+        return out
 
     def _after(self, task: Task, outcome: Outcome, now: float) -> tuple[Task, str]:
         if outcome.ok:
@@ -299,6 +361,7 @@ class Scheduler:
         return move(task, TaskEvent.FAIL, now, error_kind=kind, error_msg=msg), decision.reason
 
     def _decide(self, task: Task, kind: str, now: float, timeout: bool = False) -> Any:
+        """The retry decision (rng, budget, policy): call with `self.lock` held."""
         policy = self.policy_for(task.kind)
         if policy.max_retry != task.max_retry:
             key = (task.kind, task.max_retry)
@@ -342,7 +405,8 @@ class Scheduler:
             current = store.get(task_id)
             if current is None:
                 return None
-            answer = decide(current)
+            with self.lock:
+                answer = decide(current)
             if answer is None:
                 return None
             new, reason = answer
@@ -453,6 +517,12 @@ class Scheduler:
         """Renew the worker's lease on a task; False means it is no longer ours (stop)."""
         return self.store.heartbeat(task.task_id, task.worker_id or "", now)
 
+    def heartbeat_many(self, attempts: Sequence[Task], now: float) -> list[bool]:
+        """Renew the leases of many attempts in one round trip; False: that one is not ours."""
+        if not attempts:
+            return []
+        return self.store.heartbeat_many([(t.task_id, t.version) for t in attempts], now)
+
     def is_cancelled(self, task: Task) -> bool:
         """Whether the attempt `task` should stop: its record moved on without it."""
         current = self.store.get(task.task_id)
@@ -468,4 +538,9 @@ class Scheduler:
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
         return self.store.counts(batch_id)
+
+    def settled(self, batch_id: str | None = None) -> bool:
+        """Whether no task (of the batch, or at all) is PENDING or RUNNING: a cheap question
+        for a store (an index probe), where `counts` reads every row."""
+        return not self.store.has_unfinished(batch_id)
 

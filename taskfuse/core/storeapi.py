@@ -36,10 +36,16 @@ class Store(Protocol):
         """Compare-and-set one record; False (and nothing written) on a lost race."""
         ...
 
+    def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
+        """Many compare-and-sets in one transaction; each move wins or loses on its own."""
+        ...
+
     def claim(
-        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
+        exclude: frozenset[str] = frozenset(),
     ) -> list[Task]:
-        """Move up to `limit` ready tasks to RUNNING for `worker_id`."""
+        """Move up to `limit` ready tasks to RUNNING for `worker_id`; skip the task ids in
+        `exclude` and tasks that call a downstream in `blocked`."""
         ...
 
     def overdue(self, now: float) -> list[Task]:
@@ -58,6 +64,10 @@ class Store(Protocol):
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
         """How many tasks are in each status (of one batch, or of all)."""
+        ...
+
+    def has_unfinished(self, batch_id: str | None = None) -> bool:
+        """Whether any task (of one batch, or at all) is PENDING or RUNNING."""
         ...
 
     def put_batch(self, batch: Batch) -> Batch:
@@ -82,6 +92,11 @@ class Store(Protocol):
 
     def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
         """Renew the lease of a task this worker runs; False if it no longer holds it."""
+        ...
+
+    def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
+        """Renew the leases of the attempts (task_id, version claimed at) in one statement;
+        False for an attempt that is not the task's current RUNNING one."""
         ...
 
     def running(self) -> list[Task]: ...

@@ -1,30 +1,45 @@
-"""The threaded runner: the core Scheduler driven in real time by worker threads.
+"""The threaded runner: the core Scheduler driven in real time, at the speed of its store.
 
 Theory of operation
 -------------------
 The runner is an interpreter of the core's answers; it never decides a delay, a limit or a
-next status. Its threads:
+next status. What it adds is plumbing that keeps the store busy rather than waiting on it:
 
-* N workers: `claim` -> `Work` (run the task, then `complete`) or `Idle(until)` (wait on a
-  Condition until notified of new work — a submit, a task back in PENDING, a freed batch
-  slot, a breaker that closed — or until `until`). With a durable store that other
-  processes write to, the wait is also bounded by `poll_s`, or woken by the store's own
-  `wait_for_work` when it has one (a listener thread).
-* a watchdog: `expire(now)` at the next deadline (it is poked when a task with an earlier
-  deadline starts) and at least every `watchdog_s`.
-* a heartbeat: renews the lease of every task this runner runs, every `heartbeat_s`; a
-  refused renewal means the task was taken away (the attempt is told to stop).
+* a **claimer** thread claims ready tasks in groups: as many as the free worker threads plus
+  a prefetch, never a task whose downstream's bulkhead is already full of tasks held here,
+  nor one whose previous attempt is still stuck on a thread here. Idle, it waits for a
+  submit, a completion, the store's notification (`wait_for_work`) or the core's next due
+  time (`Idle.until`).
+* N **worker** threads take claimed attempts from the buffer and run them (in the thread,
+  or in a task process for kinds with executor="process"), then hand the outcome over.
+* a **completer** thread commits outcomes in groups: those that arrived while the previous
+  group was being written, or within `group_wait_s` while other workers are busy, go to the
+  store in one transaction (`Scheduler.complete_many`: one round trip, version checks in the
+  statement). An outcome is acknowledged only once committed. If the worker process dies
+  between a task's end and that commit, the task's lease lapses and it runs again (at least
+  once, as with any queue): the window is one group, at most `group_wait_s` plus a commit.
+  If the store is down, outcomes are kept and written when it answers, never turned into
+  failures; the heartbeat keeps their leases alive meanwhile.
+* a **watchdog** at the core's next deadline (`expire`, `watchdog_wait`), a **heartbeat**
+  renewing every held attempt's lease in one statement (`heartbeat_many`) and the fleet
+  permits, and with a durable store a **listener** for the store's wake-ups.
 
-One lock (`lock`) is held around every Scheduler and store call, and never while user code
-runs: MemoryStore and the fuses are not thread-safe, and decisions must be atomic with
-respect to each other. The core is given wall-clock `now` (time.time()), because durable
-stores compare times across processes; intervals are measured with time.monotonic.
+Locks. `lock` (re-entrant) is the fuse lock: the Scheduler's decisions (rng, budget,
+breakers) and the DownstreamCall's admissions hold it, briefly, and never across a store
+call or user code. A MemoryStore is shared through `LockedStore` under the same lock; a
+durable store needs none, so the database round trips of the claimer, the completer, the
+watchdog and the task threads overlap. The runner's own bookkeeping (`Attempts`) has its
+lock `attempts.mu`; it may be held when taking `lock`, never the other way round. Events
+reach the sinks one at a time under a lock of their own.
 
 Stopping a running task is cooperative: a cancel, a timeout, a lost lease or a release at
-shutdown sets the attempt's stop Event (seen by `ctx.cancelled()` and `ctx.sleep()`), and
-whatever it returns later loses the version check (`LostRace`) and is discarded. A kind
-registered with executor="process" runs in a task process instead, which the worker thread
-kills on that same signal (`taskfuse.runtime.procexec`), so a hung task cannot keep it.
+shutdown sets the attempt's stop signal (seen by `ctx.cancelled()` and `ctx.sleep()`), and
+whatever it returns later loses the version check and is discarded. A thread that ignores
+the signal is "stuck": after `stuck_after_s` it no longer counts as capacity, and a new
+thread replaces it as long as at most `stuck_threads_max` are stuck (default: as many as
+the workers), so a hang storm cannot start threads without end. A kind registered with
+executor="process" runs in a task process instead, which is killed on that same signal
+(`taskfuse.runtime.procexec`), so a hung task cannot keep its thread at all.
 """
 
 from __future__ import annotations
@@ -41,23 +56,19 @@ from pathlib import Path
 from typing import Any
 
 from taskfuse.core.events import Event, EventKind, EventSink
-from taskfuse.core.scheduler import (
-    DEADLINE_SLACK_S,
-    Completed,
-    Idle,
-    LostRace,
-    Scheduler,
-    Work,
-)
+from taskfuse.core.retry import ErrorKind
+from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.app import App
+from taskfuse.runtime.attempts import AttemptKey, Attempts, Stuck, key_of
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.errors import RESULT_ERROR, attempt_failure
 from taskfuse.runtime.fleet import FleetLimits
 from taskfuse.runtime.procexec import ProcessPool
-from taskfuse.store.memory import MemoryStore
+from taskfuse.store import StoreUnavailable
+from taskfuse.store.memory import LockedStore, MemoryStore
 
 log = logging.getLogger("taskfuse.runtime")
 
@@ -65,19 +76,26 @@ _UNFINISHED = (TaskStatus.PENDING, TaskStatus.RUNNING)
 #: Bound of idle waits on a durable store: without notifications, and with them (a net).
 _POLL_S = 0.25
 _LISTEN_BOUND_S = 1.0
-#: Longest pause after a store error in a worker loop (the pause doubles up to this).
-_MAX_ERROR_PAUSE_S = 5.0
+#: Longest pause after a store error in a claim or commit loop (the pause doubles up to it).
+_MAX_ERROR_PAUSE_S = 1.0
+#: How long shutdown waits for threads whose task processes it killed, and for the last
+#: commit, beyond the grace.
+_AFTER_KILL_S = 5.0
+#: Largest group a claim or a commit takes at once.
+_MAX_GROUP = 256
 
 
 @dataclass
 class RunnerStats:
-    """What this runner did, counted under its lock (reports, tests, the trace footer)."""
+    """What this runner did (reports, tests, the trace footer); counted under attempts.mu."""
 
     claimed: int = 0
     completed: int = 0
     discarded: int = 0  # late results that lost the race to a cancel, timeout or release
     expired: int = 0  # moves made by this runner's watchdog
     released: int = 0  # RUNNING tasks handed back to PENDING at shutdown
+    groups: int = 0  # commit groups written
+    replaced: int = 0  # stuck worker threads replaced by new ones
 
 
 def default_worker_id() -> str:
@@ -102,26 +120,33 @@ class Runner:
         trace: str | os.PathLike[str] | None = None,
         trace_interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        prefetch: int | None = None,
+        group_wait_s: float = 0.002,
+        stuck_after_s: float = 1.0,
+        stuck_threads_max: int | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
         self.app = app
-        self.store = store
         self.workers = workers
         self.worker_id = worker_id or default_worker_id()
         self.clock = clock
-        self.lock = threading.Lock()
+        #: The fuse lock (module doc): decisions and admissions, never I/O.
+        self.lock = threading.RLock()
+        self._local = isinstance(store, MemoryStore)
+        self.store: Any = LockedStore(store, self.lock) if self._local else store
         #: Fleet-scoped downstream fuses by name; built first so a store that cannot hold
         #: them is refused before anything starts.
         self.fleet: dict[str, FleetLimits] = app.fleet_limits(store)
-        self.scheduler: Scheduler = app.scheduler(store, sinks=sinks, now=clock())
+        self.scheduler: Scheduler = app.scheduler(self.store, sinks=sinks, now=clock())
+        self.scheduler.serialize(self.lock, threading.Lock())
         self.stats = RunnerStats()
+        self.attempts = Attempts(workers, workers if prefetch is None else prefetch)
+        self.stuck_after_s = stuck_after_s
+        self.stuck_threads_max = workers if stuck_threads_max is None else stuck_threads_max
+        self._group_wait_s = group_wait_s
         #: Task processes of kinds with executor="process", started when first needed.
         self.procs = ProcessPool(workers)
-        # In-process store: every change goes through this runner, so waits need no bound.
-        # Durable store: other processes write too; a listener thread turns the store's
-        # wait_for_work into wake-ups, and waits are bounded as a safety net (poll_s).
-        self._local = isinstance(store, MemoryStore)
         self._listen = not self._local and callable(getattr(store, "wait_for_work", None))
         if poll_s is None and not self._local:
             poll_s = _LISTEN_BOUND_S if self._listen else _POLL_S
@@ -135,17 +160,16 @@ class Runner:
         self._trace_path = Path(trace) if trace is not None else None
         self._trace_interval_s = trace_interval_s
         self._tracer: Any = None
-        self._work_cond = threading.Condition(self.lock)
-        self._watch_cond = threading.Condition(self.lock)
-        self._beat_cond = threading.Condition(self.lock)
-        self._done_cond = threading.Condition(self.lock)
-        self._running: dict[str, TaskContext] = {}
-        self._permits: dict[str, Any] = {}
-        self._idle = 0
-        self._joins: list[str | None] = []
+        self._claim_wake = threading.Event()
+        self._closing = threading.Event()
+        self._watch_mu = threading.Condition(threading.Lock())
         self._watchdog_due = float("inf")
+        self._permits: dict[str, Any] = {}
+        self._thread_of: dict[AttemptKey, str] = {}
+        self._overlap: frozenset[str] = frozenset()
         self._threads: list[threading.Thread] = []
         self._workers: list[threading.Thread] = []
+        self._committer: threading.Thread | None = None
         self._started = False
         self._stopping = False
         self._closed = False
@@ -156,7 +180,7 @@ class Runner:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Runner:
-        """Start the worker, watchdog and heartbeat threads (and the trace, if asked)."""
+        """Start the claimer, workers, completer, watchdog and heartbeat (and the trace)."""
         if self._started:
             raise RuntimeError("runner already started")
         self._started = True
@@ -164,9 +188,11 @@ class Runner:
             from taskfuse.runtime.tracing import RuntimeTrace
 
             self._tracer = RuntimeTrace(self, self._trace_path, self._trace_interval_s)
-        for i in range(self.workers):
-            wid = f"{self.worker_id}/{i}"
-            self._workers.append(self._spawn(self._work, f"taskfuse-worker-{i}", wid))
+        with self.attempts.mu:
+            for _ in range(self.workers):
+                self._add_worker()
+        self._committer = self._spawn(self._commit_loop, "taskfuse-completer")
+        self._threads.append(self._spawn(self._claim_loop, "taskfuse-claimer"))
         self._threads.append(self._spawn(self._watch, "taskfuse-watchdog"))
         self._threads.append(self._spawn(self._beat, "taskfuse-heartbeat"))
         if self._listen:  # not joined at shutdown: it may sit in the store's wait a while
@@ -181,6 +207,12 @@ class Runner:
         thread.start()
         return thread
 
+    def _add_worker(self) -> None:
+        """One more worker thread that counts as capacity (attempts.mu held)."""
+        self.attempts.live_threads += 1
+        name = f"taskfuse-worker-{len(self._workers)}"
+        self._workers.append(self._spawn(self._work, name))
+
     def __enter__(self) -> Runner:
         return self.start()
 
@@ -189,55 +221,89 @@ class Runner:
 
     def request_stop(self) -> None:
         """Stop claiming new tasks (the first step of a graceful shutdown); returns at once."""
-        with self.lock:
+        at = self.attempts
+        with at.mu:
             self._stopping = True
-            self._work_cond.notify_all()
+            at.work.notify_all()
+        self._claim_wake.set()
 
     def shutdown(self, grace_s: float = 10.0) -> list[Task]:
         """Stop claiming, give running tasks `grace_s` to finish, release the rest to PENDING.
 
-        Returns the released records. Tasks still running are told to stop; whatever they
-        return later is discarded by the version check. Safe to call more than once.
+        Claimed tasks no thread started go back at once. Returns the released records.
+        Outcomes already produced are committed (bounded by the grace). Tasks still running
+        are told to stop; whatever they return later is discarded by the version check.
+        Safe to call more than once.
         """
         self.request_stop()
         deadline = time.monotonic() + grace_s
+        released = self._release(self._take_buffer(), "shutdown")
         for thread in self._workers:
             thread.join(max(0.0, deadline - time.monotonic()))
-        released = self._release_running()
+        with self.attempts.mu:
+            running = list(self.attempts.running.values())
+        released += self._release(running, "shutdown")
         self.procs.close()  # after the release: a killed attempt must not count as failed
-        with self.lock:
+        end = time.monotonic() + _AFTER_KILL_S  # threads of killed task processes return now
+        for thread in self._workers:
+            thread.join(max(0.0, end - time.monotonic()))
+        self._drain_commits(max(0.0, deadline - time.monotonic()) + _AFTER_KILL_S)
+        with self.attempts.mu:
             self._closed = True
-            self._watch_cond.notify_all()
-            self._beat_cond.notify_all()
-            self._done_cond.notify_all()
+            self.attempts.outcomes.notify_all()
+            self.attempts.settled.notify_all()
+        self._closing.set()
+        self._claim_wake.set()
+        with self._watch_mu:
+            self._watch_mu.notify_all()
         if self._tracer is not None:
             self._tracer.close()
             self._tracer = None
-        for thread in self._threads:
+        for thread in [*self._threads, *([self._committer] if self._committer else [])]:
             thread.join(timeout=2.0)
         return released
 
-    def _release_running(self) -> list[Task]:
+    def _take_buffer(self) -> list[TaskContext]:
+        at = self.attempts
+        with at.mu:
+            taken = list(at.buffer)
+            at.buffer.clear()
+            at.work.notify_all()
+        return taken
+
+    def _release(self, contexts: list[TaskContext], reason: str) -> list[Task]:
+        """Hand attempts back to PENDING (no attempt used) and tell them to stop."""
         released = []
-        with self.lock:
-            now = self.clock()
-            for ctx in list(self._running.values()):
-                try:
-                    new = self.scheduler.release(ctx.task, now)
-                except Exception:
-                    log.exception("could not release task %s at shutdown", ctx.task.task_id,
-                                  extra=task_extra(ctx.task))
-                    new = None
-                if new is not None:
-                    released.append(new)
-                    self.stats.released += 1
-                self._stop_task(ctx.task.task_id)
-            if released:
-                self._changed()
-        for task in released:
-            log.info("released task %s back to PENDING (shutdown)", task.task_id,
-                     extra=task_extra(task))
+        now = self.clock()
+        for ctx in contexts:
+            try:
+                new = self.scheduler.release(ctx.task, now, reason)
+            except Exception:
+                log.exception("could not release task %s at shutdown (its lease will lapse)",
+                              ctx.task.task_id, extra=task_extra(ctx.task))
+                new = None
+            self._stop_task(ctx.task.task_id)
+            if new is not None:
+                released.append(new)
+                log.info("released task %s back to PENDING (%s)", new.task_id, reason,
+                         extra=task_extra(new))
+        with self.attempts.mu:
+            self.stats.released += len(released)
+        if released:
+            self._claim_wake.set()
         return released
+
+    def _drain_commits(self, timeout: float) -> None:
+        """Wait for the completer to write what is outstanding, at most `timeout`."""
+        end = time.monotonic() + timeout
+        at = self.attempts
+        with at.mu:
+            at.outcomes.notify_all()
+            while at.committing and time.monotonic() < end:
+                at.settled.wait(max(0.0, min(0.1, end - time.monotonic())))
+            if at.committing:
+                log.warning("%d outcome(s) not written at shutdown (the store did not answer); "
+                            "their tasks run again when their leases lapse", len(at.committing))
 
     @property
     def stopping(self) -> bool:
@@ -249,12 +315,9 @@ class Runner:
         return self._local
 
     def store_lock(self) -> AbstractContextManager[Any]:
-        """The lock around a call that touches only the store (is_cancelled, heartbeat).
-
-        MemoryStore needs the runner's lock; durable stores are thread-safe (a connection per
-        thread, or a pool), so a task polling `ctx.cancelled()` never queues behind a commit.
-        """
-        return self.lock if self._local else nullcontext()
+        """Kept for callers of the former API: store calls need no lock of the caller's (a
+        MemoryStore is locked by its wrapper, durable stores are thread-safe)."""
+        return nullcontext()
 
     # -- submitting and operator actions ---------------------------------------------------
 
@@ -265,18 +328,16 @@ class Runner:
     def submit(self, kind: str, payload: Any = None, **fields: Any) -> Task:
         """Submit one task of a registered kind; a duplicate idempotency_key returns the old."""
         spec = self.app.spec(kind, payload, **fields)
-        with self.lock:
-            task = self.scheduler.submit(spec, self.clock())
-            self._wake(1)
+        task = self.scheduler.submit(spec, self.clock())
+        self._claim_wake.set()
         return task
 
     def submit_many(self, specs: Sequence[TaskSpec], batch_id: str | None = None) -> list[Task]:
         """Submit tasks at once (they may form a DAG); all or nothing."""
         for spec in specs:
             self.app.definition(spec.kind)
-        with self.lock:
-            tasks = self.scheduler.submit_many(specs, self.clock(), batch_id=batch_id)
-            self._wake(len(tasks))
+        tasks = self.scheduler.submit_many(specs, self.clock(), batch_id=batch_id)
+        self._claim_wake.set()
         return tasks
 
     def submit_batch(
@@ -285,113 +346,107 @@ class Runner:
         """Submit a batch whose tasks run at most `cap` at a time."""
         for spec in specs:
             self.app.definition(spec.kind)
-        with self.lock:
-            tasks = self.scheduler.submit_batch(specs, self.clock(), batch_id, cap)
-            self._wake(len(tasks))
+        tasks = self.scheduler.submit_batch(specs, self.clock(), batch_id, cap)
+        self._claim_wake.set()
         return tasks
 
     def cancel(self, task_id: str, reason: str = "canceled") -> Task | None:
         """Cancel a PENDING or RUNNING task; a running attempt here is told to stop."""
-        with self.lock:
-            task = self.scheduler.cancel(task_id, self.clock(), reason)
-            if task is not None:
-                self._stop_task(task_id)
-                self._changed()
+        task = self.scheduler.cancel(task_id, self.clock(), reason)
+        if task is not None:
+            self._stop_task(task_id)
+            self._changed()
         return task
 
     def cancel_batch(self, batch_id: str, reason: str = "batch canceled") -> int:
         """Cancel every unfinished task of a batch; returns how many moved."""
-        with self.lock:
-            running = [t.task_id for t in self.store.batch_tasks(batch_id, _UNFINISHED)]
-            n = self.scheduler.cancel_batch(batch_id, self.clock(), reason)
-            for task_id in running:
-                self._stop_task(task_id)
-            self._changed()
+        live = [t.task_id for t in self.store.batch_tasks(batch_id, _UNFINISHED)]
+        n = self.scheduler.cancel_batch(batch_id, self.clock(), reason)
+        for task_id in live:
+            self._stop_task(task_id)
+        self._changed()
         return n
 
     def get(self, task_id: str) -> Task | None:
         """The stored record of a task (None if unknown)."""
-        with self.store_lock():
-            return self.store.get(task_id)
+        return self.store.get(task_id)  # type: ignore[no-any-return]
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
-        """Tasks per status in the store (of one batch, or of all)."""
-        with self.store_lock():
-            return self.store.counts(batch_id)
+        """Tasks per status in the store (of one batch, or of all): reads every row of a
+        database; `join` and the runner itself ask the cheaper `Scheduler.settled`."""
+        return self.store.counts(batch_id)  # type: ignore[no-any-return]
 
     def join(self, timeout: float | None = None, batch_id: str | None = None) -> bool:
         """Wait until no task (of `batch_id`, or at all) is PENDING or RUNNING.
 
         Returns False if `timeout` passed first. Tasks waiting out a backoff count as
-        unfinished, so this also waits for their retries.
+        unfinished, so this also waits for their retries. Woken by every commit group; asks
+        the store only when nothing is in flight here (one index probe), so a join costs
+        the store nothing while this runner is busy.
         """
         end = None if timeout is None else time.monotonic() + timeout
-        with self.lock:
-            self._joins.append(batch_id)
-            try:
-                while not self._settled(batch_id):
+        at = self.attempts
+        bound = 0.05 if self._local else _POLL_S
+        while True:
+            with at.mu:
+                busy = not at.idle(batch_id) and not self._closed
+                if busy:
                     left = None if end is None else end - time.monotonic()
                     if left is not None and left <= 0:
                         return False
-                    if self._closed:
-                        return self._settled(batch_id)
-                    self._done_cond.wait(_min(left, None if self._local else _POLL_S))
+                    at.settled.wait(_min(left, bound))
+                    continue
+            if self.scheduler.settled(batch_id):
                 return True
-            finally:
-                self._joins.remove(batch_id)
+            left = None if end is None else end - time.monotonic()
+            if self._closed or (left is not None and left <= 0):
+                return False
+            with at.mu:
+                at.settled.wait(_min(left, bound))
 
-    def _settled(self, batch_id: str | None) -> bool:
-        counts = self.store.counts(batch_id)
-        return not (counts.get(TaskStatus.PENDING) or counts.get(TaskStatus.RUNNING))
-
-    # -- notifications (all called with the lock held) -------------------------------------
-
-    def _wake(self, n: int) -> None:
-        if self._idle and n:
-            self._work_cond.notify(n)
+    # -- notifications ---------------------------------------------------------------------
 
     def _changed(self) -> None:
-        """Something moved that may make a task claimable or a join finish.
-
-        One idle worker is woken, not all: if it finds work it passes the baton to the next
-        (see `_work`), so a completion never stampedes a thousand idle threads into claims
-        that find nothing.
-        """
-        if self._idle:
-            self._work_cond.notify(1)
-        # Counting is a dict copy in memory but a query on a database: joins on a durable
-        # store re-check on a bounded wait instead of after every completion.
-        if self._joins and self._local and any(self._settled(b) for b in set(self._joins)):
-            self._done_cond.notify_all()
+        """Something moved that may make a task claimable or a join finish."""
+        self._claim_wake.set()
+        at = self.attempts
+        with at.mu:
+            at.settled.notify_all()
 
     def work_changed(self) -> None:
-        """Public form of `_changed` for the context (lock held): e.g. a breaker closed."""
-        self._changed()
+        """Tell the claimer that claimable work may have appeared (e.g. a breaker closed).
+
+        Safe to call with the fuse lock held: it takes no lock."""
+        self._claim_wake.set()
 
     def _stop_task(self, task_id: str) -> None:
-        ctx = self._running.get(task_id)
-        if ctx is not None:
-            ctx.signal_stop()
-        permit = self._permits.get(task_id)
-        if permit is not None and permit.event is not None:
-            permit.event.set()
+        """Tell every attempt of `task_id` held here to stop (buffered ones too)."""
+        at = self.attempts
+        with at.mu:
+            found = at.mark_stopped(task_id)
+        with self.lock:
+            for ctx in found:
+                ctx.signal_stop()
+            permit = self._permits.get(task_id)
+            if permit is not None and permit.event is not None:
+                permit.event.set()
 
     def permit_waiting(self, task_id: str, permit: Any) -> None:
-        """A task is queued on a bulkhead (lock held): a stop must wake it too."""
+        """A task is queued on a bulkhead (fuse lock held): a stop must wake it too."""
         self._permits[task_id] = permit
 
     def permit_done(self, task_id: str) -> None:
         self._permits.pop(task_id, None)
 
     def grant(self, woken: Iterable[Any]) -> None:
-        """Wake the bulkhead waiters the core handed a permit to (lock held)."""
+        """Wake the bulkhead waiters the core handed a permit to (fuse lock held)."""
         for permit in woken:
             permit.granted = True
             if permit.event is not None:
                 permit.event.set()
 
     def emit(self, event: Event) -> None:
-        """Send an event to the scheduler's sinks (lock held)."""
+        """Send an event to the scheduler's sinks."""
         if self.scheduler.emit.sinks:
             self.scheduler.emit(event)
 
@@ -399,68 +454,113 @@ class Runner:
         self.emit(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id, None,
                         None, "bulkhead", task.attempt, task.worker_id, subject, seconds))
 
-    # -- the worker ------------------------------------------------------------------------
+    # -- the claimer -----------------------------------------------------------------------
 
-    def _work(self, worker_id: str) -> None:
-        """Claim, run, complete; the completion and the next claim share one lock hold."""
-        ctx: TaskContext | None = None
-        outcome: Outcome | None = None
+    def _claim_loop(self) -> None:
+        """Claim in groups while there is room; idle until woken or the core's due time."""
+        at = self.attempts
         pause = 0.0
         while True:
-            lost = None
-            with self.lock:
-                if ctx is not None:
-                    lost = self._finish(ctx, outcome)  # type: ignore[arg-type]
-                    ctx = None
+            self._claim_wake.clear()
+            with at.mu:
                 if self._stopping:
                     return
-                try:
-                    answer: Work | Idle | None = self.scheduler.claim(worker_id, self.clock())
-                except Exception:
-                    log.exception("claim failed; retrying")
-                    answer = None
-                if isinstance(answer, Work):
-                    ctx = self._enter(answer.tasks[0])
-                    pause = 0.0
-                    if self._idle:  # pass the baton: more may be claimable
-                        self._work_cond.notify(1)
-                else:
-                    pause = self._idle_wait(answer, pause)
-            if lost is not None:
-                lost[0].logger.info("late result discarded: the task is %s now", lost[1])
-            if ctx is not None:
-                outcome = self._execute(ctx)
-
-    def _idle_wait(self, answer: Idle | None, pause: float) -> float:
-        """Wait (lock held, released while waiting) for work; returns the next error pause."""
-        if answer is None:  # the store failed: back off, doubling, up to a bound
-            pause = min(_MAX_ERROR_PAUSE_S, max(0.05, pause * 2))
-            timeout: float | None = pause
-        else:
+                want = min(at.want(), _MAX_GROUP)
+                exclude = at.excluded(self._overlap) if want > 0 else frozenset()
+                full = self._full_downstreams() if want > 0 else frozenset()
+            if want <= 0:  # every thread busy and the prefetch taken: wait for room
+                self._claim_wake.wait(self._poll_s or 1.0)
+                continue
+            now = self.clock()
+            try:
+                answer = self.scheduler.claim(self.worker_id, now, want, exclude=exclude,
+                                              also_blocked=full)
+            except Exception:
+                pause = min(_MAX_ERROR_PAUSE_S, max(0.05, pause * 2))
+                log.exception("claim failed; trying again in %.2fs", pause)
+                self._claim_wake.wait(pause)
+                continue
             pause = 0.0
-            timeout = self._poll_s
+            if isinstance(answer, Work):
+                self._buffer(answer.tasks)
+                continue
+            wait = self._poll_s
             if answer.until is not None:
-                timeout = _min(timeout, max(0.0, answer.until - self.clock()))
-        self._idle += 1
-        try:
-            self._work_cond.wait(timeout)
-        finally:
-            self._idle -= 1
-        return pause
+                wait = _min(wait, max(0.0, answer.until - self.clock()))
+            self._claim_wake.wait(wait)
 
-    def _enter(self, task: Task) -> TaskContext:
-        """Register a claimed task as running here (lock held)."""
-        ctx = TaskContext(task, self)
-        self._running[task.task_id] = ctx
-        self.stats.claimed += 1
-        deadline = task.deadline
-        if deadline is not None and deadline + DEADLINE_SLACK_S < self._watchdog_due:
-            self._watch_cond.notify()
-        return ctx
+    def _full_downstreams(self) -> frozenset[str]:
+        """Downstreams whose bulkhead is already full of tasks held here (attempts.mu held):
+        claiming another task that calls one could not start its call."""
+        limits = {name: g.bulkhead.limit for name, g in self.scheduler.guards.items()
+                  if g.bulkhead is not None}
+        if not limits:
+            return frozenset()
+        held: dict[str, int] = {}
+        at = self.attempts
+        for ctx in [*at.buffer, *at.running.values()]:
+            if key_of(ctx.task) in at.stuck:
+                continue
+            for name in ctx.task.downstreams:
+                if name in limits:
+                    held[name] = held.get(name, 0) + 1
+        return frozenset(n for n, count in held.items() if count >= limits[n])
+
+    def _buffer(self, tasks: list[Task]) -> None:
+        """Hand claimed attempts to the workers; wake the watchdog for a sooner deadline."""
+        contexts = [TaskContext(task, self) for task in tasks]
+        at = self.attempts
+        with at.mu:
+            at.buffer.extend(contexts)
+            self.stats.claimed += len(contexts)
+            at.work.notify(len(contexts))
+        deadlines = [t.deadline for t in tasks if t.deadline is not None]
+        if deadlines and min(deadlines) + DEADLINE_SLACK_S < self._watchdog_due:
+            with self._watch_mu:
+                self._watch_mu.notify()
+
+    # -- the workers -----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        """Take an attempt, run it, hand the outcome to the completer; retire when told."""
+        at = self.attempts
+        name = threading.current_thread().name
+        while True:
+            with at.mu:
+                while not at.buffer:
+                    if self._stopping or at.live_threads > self.workers:
+                        at.live_threads -= 1
+                        return
+                    at.work.wait()
+                ctx = at.buffer.popleft()
+                key = key_of(ctx.task)
+                at.running[key] = ctx
+                self._thread_of[key] = name
+            self._claim_wake.set()  # a slot in the buffer is free
+            began = time.monotonic()
+            outcome = self._execute(ctx)
+            with at.mu:
+                at.observe(time.monotonic() - began, ctx.task.timeout)
+                at.running.pop(key, None)
+                at.stopped.pop(key, None)
+                self._thread_of.pop(key, None)
+                if at.stuck.pop(key, None) is not None:
+                    at.live_threads += 1  # back in service (it may retire just below)
+                    log.info("worker thread %s is free again: task %s returned", name,
+                             ctx.task.task_id, extra=task_extra(ctx.task))
+                at.committing[key] = (ctx, outcome)
+                at.outcomes.notify()
+                retire = at.live_threads > self.workers
+                if retire:
+                    at.live_threads -= 1
+            if retire:  # a replacement took this thread's place while it was stuck
+                return
 
     def _execute(self, ctx: TaskContext) -> Outcome:
-        """Run the user's function, outside the lock; any exception becomes a failure."""
+        """Run the user's function, outside every lock; any exception becomes a failure."""
         task = ctx.task
+        if ctx.stopped:  # canceled, timed out or released while it waited in the buffer
+            return Outcome.failure(ErrorKind.CANCELED, "stopped before it started")
         try:
             definition = self.app.definition(task.kind)
             if definition.executor == "process":
@@ -469,84 +569,166 @@ class Runner:
         except Exception as exc:
             return attempt_failure(ctx.logger, exc)
 
-    def _finish(self, ctx: TaskContext, outcome: Outcome) -> tuple[TaskContext, str] | None:
-        """Apply an attempt's outcome (lock held); answers what to log if it was discarded."""
-        task = ctx.task
-        self._running.pop(task.task_id, None)
-        answer = self._complete(task, outcome)
-        self._changed()
-        if isinstance(answer, LostRace):
-            self.stats.discarded += 1
-            current = answer.current
-            return ctx, current.status.value if current is not None else "gone"
-        if answer is not None:
-            self.stats.completed += 1
-        return None
+    # -- the completer ---------------------------------------------------------------------
 
-    def _complete(self, task: Task, outcome: Outcome) -> Completed | LostRace | None:
-        """complete(), and when the store refuses the result itself, record that failure."""
-        try:
-            return self.scheduler.complete(task, outcome, self.clock())
-        except Exception as exc:
-            log.exception("could not store the outcome of task %s", task.task_id,
-                          extra=task_extra(task))
-            failure = Outcome.failure(RESULT_ERROR, f"outcome could not be stored: {exc}")
+    def _commit_loop(self) -> None:
+        """Commit outcomes in groups (module doc); keep them through a store outage."""
+        at = self.attempts
+        pause = 0.0
+        while True:
+            group = self._next_group()
+            if group is None:
+                return
             try:
-                return self.scheduler.complete(task, failure, self.clock())
-            except Exception:
-                log.exception("could not store the failure of task %s either", task.task_id,
-                              extra=task_extra(task))
-                return None
+                answers = self._write(group)
+            except StoreUnavailable as exc:  # keep every outcome; write it when it answers
+                pause = min(_MAX_ERROR_PAUSE_S, max(0.05, pause * 2))
+                log.warning("could not write %d outcome(s): %s; keeping them, trying again "
+                            "in %.2fs", len(group), exc, pause)
+                with at.mu:
+                    if not self._closed:
+                        at.outcomes.wait(pause)
+                continue
+            pause = 0.0
+            self._committed(group, answers)
+
+    def _write(self, group: list[tuple[TaskContext, Outcome]]) -> list[Completed | LostRace]:
+        """One group in one round trip. When the store refuses a value of the group (a
+        result it cannot keep), each outcome is written alone and the refused one becomes a
+        `result_error` failure of its task, instead of holding up the rest."""
+        now = self.clock()
+        try:
+            return self.scheduler.complete_many([(c.task, o) for c, o in group], now)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            if len(group) > 1:
+                return [answer for item in group for answer in self._write([item])]
+            ctx, _ = group[0]
+            log.error("the store refused the outcome of task %s: %s", ctx.task.task_id, exc,
+                      extra=task_extra(ctx.task))
+            failure = Outcome.failure(RESULT_ERROR, f"outcome could not be stored: {exc}")
+            return self.scheduler.complete_many([(ctx.task, failure)], now)
+
+    def _next_group(self) -> list[tuple[TaskContext, Outcome]] | None:
+        """The outcomes to write next: all waiting, up to a group; wait briefly for more
+        while other threads are about to finish (a group commit's window)."""
+        at = self.attempts
+        with at.mu:
+            while not at.committing:
+                if self._closed:
+                    return None
+                at.outcomes.wait()
+            end = time.monotonic() + self._group_wait_s
+            while len(at.committing) < _MAX_GROUP and at.busy() > 0 and not self._closed:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                at.outcomes.wait(left)
+            return [at.committing[k] for k in list(at.committing)[:_MAX_GROUP]]
+
+    def _committed(self, group: list[tuple[TaskContext, Outcome]],
+                   answers: list[Completed | LostRace]) -> None:
+        at = self.attempts
+        lost = []
+        with at.mu:
+            for (ctx, _), answer in zip(group, answers, strict=True):
+                at.committing.pop(key_of(ctx.task), None)
+                if isinstance(answer, LostRace):
+                    self.stats.discarded += 1
+                    lost.append((ctx, answer))
+                else:
+                    self.stats.completed += 1
+            self.stats.groups += 1
+            at.settled.notify_all()
+        self._claim_wake.set()  # retries, freed batch slots and released dependents
+        for ctx, answer in lost:
+            now = answer.current.status.value if answer.current is not None else "gone"
+            ctx.logger.info("late result discarded: the task is %s now", now)
 
     # -- the watchdog, the heartbeat, the listener -----------------------------------------
 
     def _watch(self) -> None:
-        with self.lock:
-            while not self._closed:
-                now = self.clock()
-                try:
-                    moved = self.scheduler.expire(now)
-                    wait = self.scheduler.watchdog_wait(now, self._watchdog_s)
-                except Exception:
-                    log.exception("watchdog pass failed")
-                    moved, wait = [], self._watchdog_s
-                self._expired(moved)
+        while not self._closing.is_set():
+            now = self.clock()
+            try:
+                moved = self.scheduler.expire(now)
+                wait = self.scheduler.watchdog_wait(now, self._watchdog_s)
+            except Exception:
+                log.exception("watchdog pass failed")
+                moved, wait = [], self._watchdog_s
+            self._expired(moved)
+            if self._check_stuck():
+                wait = min(wait, self.stuck_after_s / 2)
+            with self._watch_mu:
                 self._watchdog_due = now + wait
-                self._watch_cond.wait(wait)
+                if not self._closing.is_set():
+                    self._watch_mu.wait(wait)
 
     def _expired(self, moved: list[Task]) -> None:
         if not moved:
             return
+        with self.attempts.mu:
+            self.stats.expired += len(moved)
         for task in moved:
-            self.stats.expired += 1
             self._stop_task(task.task_id)
             log.info("watchdog: task %s %s (%s)", task.task_id, task.status.value,
                      task.error_msg, extra=task_extra(task))
         self._changed()
 
-    def _beat(self) -> None:
-        while True:
-            with self.lock:
-                self._beat_cond.wait(self._heartbeat_s)
-                if self._closed:
-                    return
-                running = list(self._running.values())
-            now = self.clock()
-            with self.store_lock():
-                lost = [ctx for ctx in running if not self._renew(ctx, now)]
-            self._renew_permits()
-            if lost:
-                with self.lock:
-                    for ctx in lost:
-                        ctx.signal_stop()
+    def _check_stuck(self) -> bool:
+        """Promote stopped attempts whose thread did not return to stuck; replace their
+        threads up to the bound. Answers whether any stopped attempt is still pending."""
+        at = self.attempts
+        with at.mu:
+            fresh = at.newly_stuck(self.stuck_after_s, self._thread_of)
+            for stuck in fresh:
+                self._replace(stuck)
+            return bool(at.stopped) and len(at.stuck) < len(at.stopped)
 
-    def _renew(self, ctx: TaskContext, now: float) -> bool:
-        try:
-            return self.scheduler.heartbeat(ctx.task, now)
-        except Exception:
-            log.exception("heartbeat of task %s failed", ctx.task.task_id,
-                          extra=task_extra(ctx.task))
-            return True  # unknown: keep running; the lease decides if it was really lost
+    def _replace(self, stuck: Stuck) -> None:
+        """A thread no longer counts as capacity: start another, up to the bound (mu held)."""
+        at = self.attempts
+        extra = {"task_id": stuck.task_id}
+        if len(at.stuck) > self.stuck_threads_max:
+            log.error("worker thread %s is stuck on task %s (kind %r) and is not replaced: "
+                      "%d stuck threads reached the bound of %d; %d threads left to work",
+                      stuck.thread, stuck.task_id, stuck.kind, len(at.stuck),
+                      self.stuck_threads_max, at.live_threads, extra=extra)
+            return
+        stuck.replaced = True
+        at.replacements += 1
+        self.stats.replaced += 1
+        log.warning("worker thread %s is stuck on task %s (kind %r), which ignored its stop "
+                    "for %.1fs; started a replacement (%d stuck, bound %d)", stuck.thread,
+                    stuck.task_id, stuck.kind, time.monotonic() - stuck.stopped_at,
+                    len(at.stuck), self.stuck_threads_max, extra=extra)
+        self._add_worker()
+
+    def stuck_threads(self) -> list[dict[str, Any]]:
+        """Threads busy with an attempt that is no longer RUNNING: kind, task, seconds since
+        the stop, and whether a replacement took its place (metrics, the trace, status)."""
+        at = self.attempts
+        now = time.monotonic()
+        with at.mu:
+            return [{"kind": s.kind, "task_id": s.task_id, "thread": s.thread,
+                     "for_s": round(now - s.stopped_at, 3), "replaced": s.replaced}
+                    for s in at.stuck.values()]
+
+    def _beat(self) -> None:
+        while not self._closing.wait(self._heartbeat_s):
+            with self.attempts.mu:
+                held = self.attempts.in_flight()
+            now = self.clock()
+            try:
+                renewed = self.scheduler.heartbeat_many(held, now)
+            except Exception:
+                log.exception("heartbeat of %d task(s) failed; their leases decide", len(held))
+                renewed = [True] * len(held)
+            for task, ok in zip(held, renewed, strict=True):
+                if not ok:
+                    self._stop_task(task.task_id)
+            self._renew_permits()
 
     def _renew_permits(self) -> None:
         """Keep the fleet permits of calls in progress here from lapsing while we are alive."""
@@ -563,25 +745,25 @@ class Runner:
                             lost, limits.name)
 
     def _listen_loop(self) -> None:
-        wait_for_work = self.store.wait_for_work  # type: ignore[attr-defined]
-        while not self._closed:
+        wait_for_work = self.store.wait_for_work
+        while not self._closing.is_set():
             try:
                 woke = wait_for_work(_LISTEN_BOUND_S)
             except Exception:
-                if self._closed:  # the store was closed after our shutdown: done
+                if self._closing.is_set():  # the store was closed after our shutdown: done
                     return
                 log.exception("waiting for work notifications failed")
-                time.sleep(1.0)
+                self._closing.wait(1.0)
                 continue
             if woke:
-                with self.lock:
-                    self._changed()
+                self._changed()
 
     # -- reading for the trace and reports -------------------------------------------------
 
     def running_tasks(self) -> list[Task]:
-        """Tasks running in this runner now (lock held by the caller or not needed)."""
-        return [ctx.task for ctx in list(self._running.values())]
+        """Attempts executing in this runner now (stuck ones included)."""
+        with self.attempts.mu:
+            return [ctx.task for ctx in self.attempts.running.values()]
 
 
 def task_extra(task: Task) -> dict[str, str]:

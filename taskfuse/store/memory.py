@@ -14,6 +14,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from itertools import count
+from typing import Any
 
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.task import Batch, Task, move
@@ -110,6 +111,10 @@ class MemoryStore:
                 self._release_children(new.task_id)
         return True
 
+    def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
+        """Compare-and-set each move in order (one process: nothing to group)."""
+        return [self.swap(new, expected) for new, expected in moves]
+
     def _enter_pending(self, task: Task) -> None:
         seq = next(self._seq)
         if self._track_age:
@@ -160,6 +165,18 @@ class MemoryStore:
         self._tasks[task_id] = renewed
         return True
 
+    def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
+        out = []
+        for task_id, version in attempts:
+            task = self._tasks.get(task_id)
+            ok = task is not None and task.version == version and task.status is _RUNNING
+            if ok:
+                renewed = task.copy()  # type: ignore[union-attr]
+                renewed.heartbeat_at = now
+                self._tasks[task_id] = renewed
+            out.append(ok)
+        return out
+
     def put_batch(self, batch: Batch) -> Batch:
         existing = self._batches.get(batch.batch_id)
         if existing is not None:
@@ -173,23 +190,31 @@ class MemoryStore:
     # -- claiming --------------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
+        exclude: frozenset[str] = frozenset(),
     ) -> list[Task]:
         self._promote(now)
         claimed: list[Task] = []
+        skipped: list[tuple[LaneKey, tuple[int, float, int, str, int]]] = []
         tasks = self._tasks
         while len(claimed) < limit:
             lane = self._best_lane(blocked)
             if lane is None:
                 break
             heap = self._lanes[lane]
-            _, _, _, task_id, _ = heapq.heappop(heap)
+            entry = heapq.heappop(heap)
             if not heap:
                 del self._lanes[lane]
+            task_id = entry[3]
+            if exclude and task_id in exclude:
+                skipped.append((lane, entry))  # put back below: ready, just not for us now
+                continue
             task = tasks[task_id]
             new = move(task, TaskEvent.CLAIM, now, worker_id=worker_id)
             self.swap(new, task.version)
             claimed.append(new)
+        for lane, entry in skipped:
+            heapq.heappush(self._lanes.setdefault(lane, []), entry)
         return claimed
 
     def _promote(self, now: float) -> None:
@@ -314,6 +339,10 @@ class MemoryStore:
     def dependents(self, task_id: str) -> list[Task]:
         return [self._tasks[c] for c in self._children.get(task_id, ())]
 
+    def has_unfinished(self, batch_id: str | None = None) -> bool:
+        counts = self._counts if batch_id is None else self._batch_counts.get(batch_id, {})
+        return bool(counts.get(_PENDING) or counts.get(_RUNNING))
+
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
         if batch_id is None:
             return dict(self._counts)
@@ -346,3 +375,32 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release; present so callers can close any store alike."""
+
+
+class LockedStore:
+    """Any store, every call under one lock: how threads share a MemoryStore.
+
+    A durable store is thread-safe on its own (a connection per thread or a pool), so the
+    threaded runtime wraps only the in-memory one. Calls of a MemoryStore take microseconds,
+    so holding a lock across them costs nothing a database round trip would.
+    """
+
+    def __init__(self, store: Any, lock: Any) -> None:
+        self.inner = store
+        self.lock = lock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+        lock = self.lock
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return attr(*args, **kwargs)
+
+        self.__dict__[name] = locked  # built once per method
+        return locked
+
+    def __repr__(self) -> str:
+        return f"LockedStore({self.inner!r})"

@@ -77,6 +77,19 @@ _STATUS = STATUS_OF
 _VALUE = VALUE_OF
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 _OWN_PARAMS = ("schema", "pool_min", "pool_max", "retry_for")
+#: How long the answer "does any batch have a cap?" is trusted (see `_any_capped`).
+_CAPPED_TTL_S = 1.0
+
+
+def _claim_move() -> tuple[str, int]:
+    """What a claim writes, from the transition table and `move` themselves: the target
+    status of PENDING --claim--> and the version step, for the one-statement claim."""
+    probe = Task("probe", "k")
+    moved = move(probe, TaskEvent.CLAIM, 1.0, worker_id="w")
+    return moved.status.value, moved.version - probe.version
+
+
+_CLAIM_STATUS, _CLAIM_BUMP = _claim_move()
 
 
 def _queries() -> dict[str, str]:
@@ -271,6 +284,8 @@ class PostgresStore(NamedQueryReads):
         )
         self.work_channel = f"taskfuse_work_{self.schema}"
         self._closed = False
+        self._capped = True
+        self._capped_until = 0.0
         self._migrate(connect_timeout)
         self.pool = ConnectionPool(
             self._conninfo,
@@ -562,11 +577,27 @@ class PostgresStore(NamedQueryReads):
         params = {"task_id": task_id, "worker_id": worker_id, "now": now}
         return self._run(lambda c, _: c.execute(Q["heartbeat"], params).rowcount == 1)
 
+    def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
+        """Renew many attempts' leases in one statement (one round trip)."""
+        if not attempts:
+            return []
+        params = {"ids": [a[0] for a in attempts], "versions": [a[1] for a in attempts],
+                  "now": now}
+        renewed = self._run(lambda c, _: {r[0] for r in c.execute(Q["heartbeat_many"], params)})
+        return [task_id in renewed for task_id, _ in attempts]
+
+    def has_unfinished(self, batch_id: str | None = None) -> bool:
+        if batch_id is None:
+            return bool(self._scalar("has_unfinished"))
+        return bool(self._scalar("has_unfinished_batch", {"batch_id": batch_id}))
+
     def put_batch(self, batch: Batch) -> Batch:
         meta = dumps(dict(batch.meta), batch.batch_id, "batch meta") or "{}"
         params = {"batch_id": batch.batch_id, "cap": batch.cap, "created_at": batch.created_at,
                   "meta": meta}
         self._run(lambda c, _: c.execute(Q["put_batch"], params))
+        if batch.cap is not None:
+            self._capped, self._capped_until = True, 0.0
         found = self.get_batch(batch.batch_id)
         assert found is not None
         return found
@@ -574,26 +605,36 @@ class PostgresStore(NamedQueryReads):
     # -- claiming --------------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
+        exclude: frozenset[str] = frozenset(),
     ) -> list[Task]:
         """Move up to `limit` ready tasks to RUNNING for `worker_id` in one transaction."""
         if limit < 1:
             return []
         token = uuid.uuid4()
         blocked_list = sorted(blocked)
+        exclude_list = sorted(exclude)
+        params = {"now": now, "blocked": blocked_list, "exclude": exclude_list, "n": limit,
+                  "worker_id": worker_id, "token": token, "status": _CLAIM_STATUS,
+                  "bump": _CLAIM_BUMP}
 
         def op(conn: psycopg.Connection[Any], retried: bool) -> list[Task]:
             if retried:
                 rows = conn.execute(Q["claimed_by_token"], {"token": token}).fetchall()
                 if rows:
                     return [_row_to_task(r) for r in rows]
+            if not self._any_capped(conn):  # the usual case: one statement, one round trip
+                rows = conn.execute(Q["claim_one_statement"], params).fetchall()
+                rows.sort(key=lambda r: r[-1])
+                return [_row_to_task(r[:-1]) for r in rows]
             claimed: list[Task] = []
             with conn.transaction():
                 cur = conn.cursor()
                 while len(claimed) < limit:
                     want = limit - len(claimed)
                     rows = cur.execute(
-                        Q["claim_candidates"], {"now": now, "blocked": blocked_list, "n": want}
+                        Q["claim_candidates"],
+                        {"now": now, "blocked": blocked_list, "n": want, "exclude": exclude_list},
                     ).fetchall()
                     if not rows:
                         break
@@ -608,6 +649,17 @@ class PostgresStore(NamedQueryReads):
             return claimed
 
         return self._run(op)
+
+    def _any_capped(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether some batch has a cap, asked at most once a second (other processes' new
+        capped batches are seen within that second; one-statement claims never take a
+        capped batch's task, so until then only the claim order between capped and uncapped
+        batches can differ)."""
+        now = time.monotonic()
+        if now >= self._capped_until:
+            self._capped = bool(conn.execute(Q["any_capped"]).fetchone()[0])
+            self._capped_until = now + _CAPPED_TTL_S
+        return self._capped
 
     @staticmethod
     def _write_claims(

@@ -400,6 +400,21 @@ class SQLiteStore(NamedQueryReads):
             )
         return cur.rowcount == 1
 
+    def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
+        """Renew many attempts' leases in one write (one commit)."""
+        if not attempts:
+            return []
+        rows = json.dumps([[task_id, version] for task_id, version in attempts])
+        with self._write() as conn:
+            renewed = {r[0] for r in conn.execute(Q["heartbeat_many"],
+                                                   {"rows": rows, "now": now})}
+        return [task_id in renewed for task_id, _ in attempts]
+
+    def has_unfinished(self, batch_id: str | None = None) -> bool:
+        if batch_id is None:
+            return bool(self._scalar("has_unfinished"))
+        return bool(self._scalar("has_unfinished_batch", {"batch_id": batch_id}))
+
     def put_batch(self, batch: Batch) -> Batch:
         meta = dumps(dict(batch.meta), batch.batch_id, "batch meta") or "{}"
         with self._write() as conn:
@@ -414,19 +429,22 @@ class SQLiteStore(NamedQueryReads):
     # -- claiming --------------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
+        exclude: frozenset[str] = frozenset(),
     ) -> list[Task]:
         """Move up to `limit` ready tasks to RUNNING for `worker_id` in one transaction."""
         if limit < 1:
             return []
         token = uuid.uuid4().hex
         blocked_json = names(tuple(sorted(blocked)))
+        exclude_json = names(tuple(sorted(exclude)))
         claimed: list[Task] = []
         with self._write() as conn:
             while len(claimed) < limit:
                 want = limit - len(claimed)
                 rows = conn.execute(
-                    Q["claim_candidates"], {"now": now, "blocked": blocked_json, "n": want}
+                    Q["claim_candidates"],
+                    {"now": now, "blocked": blocked_json, "n": want, "exclude": exclude_json},
                 ).fetchall()
                 if not rows:
                     break

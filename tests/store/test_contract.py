@@ -159,3 +159,45 @@ def test_insert_is_all_or_nothing_on_a_clashing_task_id(store) -> None:
         store.insert([T("new"), T("a")])
     assert store.get("new") is None
     assert sum(store.counts().values()) == 1
+
+
+# -- what a throughput-minded driver asks: groups, exclusions, cheap questions ---------------
+
+
+def test_claim_skips_excluded_tasks_and_leaves_them_ready(store) -> None:
+    store.insert([T("a", created_at=0), T("b", created_at=1), T("c", created_at=2)])
+    got = [t.task_id for t in store.claim("w", 3.0, 2, exclude=frozenset({"a"}))]
+    assert got == ["b", "c"]
+    assert [t.task_id for t in store.claim("w", 3.0, 5)] == ["a"]  # still ready, in order
+
+
+def test_swap_many_lets_each_move_win_or_lose_on_its_own(store) -> None:
+    store.insert([T("a"), T("b"), T("c")])
+    a, b, c = store.claim("w", 1.0, 3)
+    assert store.swap(move(b, TaskEvent.CANCEL, 1.5), b.version)  # b moved on meanwhile
+    won = store.swap_many([(move(t, TaskEvent.SUCCEED, 2.0), t.version) for t in (a, b, c)])
+    assert won == [True, False, True]
+    assert [store.get(i).status for i in "abc"] == [TaskStatus.SUCCESS, TaskStatus.CANCELED,
+                                                   TaskStatus.SUCCESS]
+
+
+def test_heartbeat_many_renews_only_current_attempts(store) -> None:
+    store.insert([T("a"), T("b")])
+    a, b = store.claim("w", 1.0, 2)
+    retried = move(b, TaskEvent.RETRY, 1.5)  # b's attempt ended; its record moved on
+    assert store.swap(retried, b.version)
+    assert store.heartbeat_many([(a.task_id, a.version), (b.task_id, b.version)], 5.0) == [
+        True, False]
+    assert store.get("a").heartbeat_at == 5.0 and store.get("a").version == a.version
+    assert store.heartbeat_many([(a.task_id, a.version + 1)], 6.0) == [False]  # no such one
+
+
+def test_has_unfinished_answers_per_batch_and_overall(store) -> None:
+    assert not store.has_unfinished()
+    store.put_batch(Batch("b1"))
+    store.insert([T("a", batch_id="b1"), T("x")])
+    assert store.has_unfinished() and store.has_unfinished("b1")
+    assert not store.has_unfinished("b2")
+    for task in store.claim("w", 1.0, 5):
+        store.swap(move(task, TaskEvent.SUCCEED, 2.0), task.version)
+    assert not store.has_unfinished() and not store.has_unfinished("b1")

@@ -64,9 +64,19 @@ class DiffStore:
     def swap(self, new: Task, expected_version: int) -> bool:
         return self._both("swap", new, expected_version)
 
+    def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
+        return self._both("swap_many", moves)
+
     def claim(self, worker_id: str, now: float, limit: int,
-              blocked: frozenset[str] = frozenset()) -> list[Task]:
-        return self._both("claim", worker_id, now, limit, blocked)
+              blocked: frozenset[str] = frozenset(),
+              exclude: frozenset[str] = frozenset()) -> list[Task]:
+        return self._both("claim", worker_id, now, limit, blocked, exclude)
+
+    def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
+        return self._both("heartbeat_many", attempts, now)
+
+    def has_unfinished(self, batch_id: str | None = None) -> bool:
+        return self._both("has_unfinished", batch_id)
 
     def overdue(self, now: float) -> list[Task]:
         return self._both("overdue", now)

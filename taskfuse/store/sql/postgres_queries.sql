@@ -82,6 +82,7 @@ SELECT {task} FROM tasks AS t
 WHERE t.status = 'PENDING' AND t.unmet = 0
   AND (t.not_before IS NULL OR t.not_before <= %(now)s)
   AND NOT (t.downstreams && %(blocked)s::text[])
+  AND NOT (t.task_id = ANY(%(exclude)s::text[]))
   AND (t.batch_id IS NULL OR NOT EXISTS (
         SELECT 1 FROM batches AS b
         WHERE b.batch_id = t.batch_id AND b.cap IS NOT NULL
@@ -90,6 +91,40 @@ WHERE t.status = 'PENDING' AND t.unmet = 0
 ORDER BY t.priority DESC, t.ready_at, t.ready_tick, t.seq
 LIMIT %(n)s
 FOR UPDATE OF t SKIP LOCKED
+
+-- claim_one_statement --
+-- The usual claim in one statement, so one round trip: pick ready rows of batches without a
+-- cap (SKIP LOCKED: rows another claimer holds are passed over, never waited for) and move
+-- them to RUNNING; the version check is the row lock plus status = 'PENDING' (a claim is
+-- PENDING --claim--> RUNNING: :status is that table entry's target, :bump its version step).
+-- Rows of capped batches are left to the transaction of `claim_candidates`, which counts a
+-- batch's running tasks under its lock. Run ticks follow claim order.
+WITH cand AS (
+    SELECT t.task_id, t.priority, t.ready_at, t.ready_tick, t.seq FROM tasks AS t
+    WHERE t.status = 'PENDING' AND t.unmet = 0
+      AND (t.not_before IS NULL OR t.not_before <= %(now)s)
+      AND NOT (t.downstreams && %(blocked)s::text[])
+      AND NOT (t.task_id = ANY(%(exclude)s::text[]))
+      AND (t.batch_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM batches AS b WHERE b.batch_id = t.batch_id AND b.cap IS NOT NULL))
+    ORDER BY t.priority DESC, t.ready_at, t.ready_tick, t.seq
+    LIMIT %(n)s
+    FOR UPDATE OF t SKIP LOCKED
+), picked AS (
+    SELECT task_id, row_number() OVER (ORDER BY priority DESC, ready_at, ready_tick, seq)
+           AS ord FROM cand
+), tick AS (SELECT nextval('taskfuse_tick') AS v)
+UPDATE tasks AS t SET
+    status = %(status)s, version = t.version + %(bump)s, started_at = %(now)s,
+    heartbeat_at = %(now)s, finished_at = NULL, worker_id = %(worker_id)s,
+    run_tick = (SELECT v FROM tick) * 4096 + p.ord, claim_token = %(token)s
+FROM picked AS p
+WHERE t.task_id = p.task_id AND t.status = 'PENDING'
+RETURNING {task_t}, p.ord
+
+-- any_capped --
+-- Whether some batch has a concurrency cap (then claims take the transactional path).
+SELECT EXISTS (SELECT 1 FROM batches WHERE cap IS NOT NULL)
 
 -- claim_rows --
 -- Move the picked candidates to RUNNING in one statement: the records `move` built differ
@@ -126,6 +161,24 @@ SELECT pg_notify(%(channel)s, '')
 UPDATE tasks SET heartbeat_at = %(now)s
 WHERE task_id = %(task_id)s AND status = 'RUNNING'
   AND worker_id IS NOT DISTINCT FROM %(worker_id)s::text
+
+-- heartbeat_many --
+-- Renew many attempts' leases in one statement; only each task's current RUNNING attempt
+-- (the version it was claimed at) is renewed. Answers the renewed ones.
+UPDATE tasks AS t SET heartbeat_at = %(now)s
+FROM unnest(%(ids)s::text[], %(versions)s::integer[]) AS u(task_id, version)
+WHERE t.task_id = u.task_id AND t.version = u.version AND t.status = 'RUNNING'
+RETURNING t.task_id
+
+-- has_unfinished --
+-- Two probes, each an index range that stops at its first row: cheap whatever the table's
+-- size, where `counts` reads every row.
+SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'RUNNING')
+    OR EXISTS (SELECT 1 FROM tasks WHERE status = 'PENDING')
+
+-- has_unfinished_batch --
+SELECT EXISTS (SELECT 1 FROM tasks WHERE batch_id = %(batch_id)s
+                                      AND status IN ('PENDING', 'RUNNING'))
 
 -- overdue --
 SELECT {task} FROM tasks

@@ -72,6 +72,7 @@ WHERE task_id IN (SELECT task_id FROM task_deps WHERE depends_on = :parent)
 SELECT {task} FROM tasks AS t INDEXED BY tasks_ready
 WHERE t.status = 'PENDING' AND t.unmet = 0
   AND (t.not_before IS NULL OR t.not_before <= :now)
+  AND (:exclude = '[]' OR t.task_id NOT IN (SELECT value FROM json_each(:exclude)))
   AND (t.downstreams = '[]' OR :blocked = '[]' OR NOT EXISTS (
         SELECT 1 FROM json_each(t.downstreams) AS ds
         WHERE ds.value IN (SELECT value FROM json_each(:blocked))))
@@ -106,6 +107,24 @@ WHERE b.batch_id IN (SELECT value FROM json_each(:ids)) AND b.cap IS NOT NULL
 -- heartbeat --
 UPDATE tasks SET heartbeat_at = :now
 WHERE task_id = :task_id AND status = 'RUNNING' AND worker_id IS :worker_id
+
+-- heartbeat_many --
+-- Renew many attempts' leases in one statement: :rows is a JSON array of [task_id, version];
+-- only the task's current RUNNING attempt is renewed (a heartbeat never bumps the version).
+UPDATE tasks SET heartbeat_at = :now
+WHERE status = 'RUNNING' AND (task_id, version) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:rows))
+RETURNING task_id
+
+-- has_unfinished --
+-- Two probes, each an index range that stops at its first row: cheap whatever the table's
+-- size, where `counts` reads every row.
+SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'RUNNING')
+    OR EXISTS (SELECT 1 FROM tasks WHERE status = 'PENDING')
+
+-- has_unfinished_batch --
+SELECT EXISTS (SELECT 1 FROM tasks WHERE batch_id = :batch_id
+                                      AND status IN ('PENDING', 'RUNNING'))
 
 -- overdue --
 SELECT {task} FROM tasks

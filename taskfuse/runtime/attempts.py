@@ -1,0 +1,155 @@
+"""The attempts a Runner holds, and the accounting that bounds what it claims.
+
+An attempt is the RUNNING record a claim returned (task_id, version). Between its claim and
+the commit of its outcome it is in exactly one of three places here:
+
+* **buffered**: claimed, waiting for a free worker thread (a prefetch of at most `prefetch`
+  beyond the threads, so a claim round trip overlaps with work);
+* **running**: a worker thread executes it (`TaskContext`);
+* **committing**: its outcome waits for the completer's next group commit.
+
+All three are renewed by the heartbeat, so a prefetched task or an outcome that waits out a
+store outage keeps its lease. An attempt that was told to stop (timeout, cancel, lost lease,
+shutdown) while its thread keeps running is **stopped**; past a grace it is **stuck**, the
+thread no longer counts as capacity, and the runner may start a replacement (up to a
+bound). When that thread finally returns, it retires if the pool is full again.
+
+One lock (`mu`) guards all of it; it is never held across a store call or user code, and
+never taken while the runner's fuse lock is held (lock order: mu, then the fuse lock).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from taskfuse.core.task import Outcome, Task
+
+if TYPE_CHECKING:
+    from taskfuse.runtime.context import TaskContext
+
+AttemptKey = tuple[str, int]
+#: A prefetched task may wait in the buffer about this share of its timeout.
+PREFETCH_WAIT_SHARE = 0.1
+#: Weight of the newest run in the moving average of run time over timeout.
+LOAD_ALPHA = 0.2
+
+
+def key_of(task: Task) -> AttemptKey:
+    return task.task_id, task.version
+
+
+@dataclass
+class Stuck:
+    """A worker thread still busy with an attempt that is no longer RUNNING."""
+
+    kind: str
+    task_id: str
+    stopped_at: float  # time.monotonic() when the attempt was told to stop
+    thread: str
+    replaced: bool = False
+
+
+@dataclass
+class Attempts:
+    """The runner's in-flight attempts and thread accounting (module doc). Lock: `mu`."""
+
+    workers: int
+    prefetch: int
+    mu: threading.Lock = field(default_factory=threading.Lock)
+    buffer: deque[TaskContext] = field(default_factory=deque)
+    running: dict[AttemptKey, TaskContext] = field(default_factory=dict)
+    committing: dict[AttemptKey, tuple[TaskContext, Outcome]] = field(default_factory=dict)
+    #: Attempts told to stop whose thread has not returned, by key: monotonic time of the stop.
+    stopped: dict[AttemptKey, float] = field(default_factory=dict)
+    stuck: dict[AttemptKey, Stuck] = field(default_factory=dict)
+    live_threads: int = 0  # worker threads that count as capacity (not stuck)
+    replacements: int = 0  # threads started to replace stuck ones, ever
+    #: Moving average of an attempt's run time over its timeout. A prefetched task's timeout
+    #: runs from its claim, so the prefetch shrinks as tasks get long against their
+    #: timeouts: a buffered task waits at most about a tenth of its timeout. It starts at 1
+    #: (no prefetch) until the first runs are seen.
+    load: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.work = threading.Condition(self.mu)  # a buffered attempt, or a reason to exit
+        self.outcomes = threading.Condition(self.mu)  # an outcome to commit
+        self.settled = threading.Condition(self.mu)  # a group committed
+
+    # -- capacity (mu held) ----------------------------------------------------------------
+
+    def busy(self) -> int:
+        """Threads executing an attempt that still counts (not stuck)."""
+        return len(self.running) - len(self.stuck)
+
+    def want(self) -> int:
+        """How many more attempts a claim may take now: free threads plus the prefetch."""
+        return self.live_threads + self.prefetch_now() - len(self.buffer) - self.busy()
+
+    def prefetch_now(self) -> int:
+        """The prefetch the tasks' run times allow: claimed-but-waiting tasks wait about
+        `buffer / threads x run time`, kept under a tenth of their timeout."""
+        allowed = int(PREFETCH_WAIT_SHARE * max(1, self.live_threads) / max(self.load, 1e-6))
+        return min(self.prefetch, allowed)
+
+    def observe(self, run_s: float, timeout: float) -> None:
+        """Learn from one finished attempt how long tasks run against their timeouts."""
+        ratio = run_s / timeout if timeout > 0 else 1.0
+        self.load += LOAD_ALPHA * (min(ratio, 1.0) - self.load)
+
+    def in_flight(self) -> list[Task]:
+        """Every attempt held here, for the heartbeat and the claim's exclusions."""
+        tasks = [ctx.task for ctx in self.buffer]
+        tasks += [ctx.task for ctx in self.running.values()]
+        tasks += [ctx.task for ctx, _ in self.committing.values()]
+        return tasks
+
+    def holding(self) -> Iterable[TaskContext]:
+        """Contexts of attempts not yet executed or executing (a stop must reach them)."""
+        yield from self.buffer
+        yield from self.running.values()
+
+    def idle(self, batch_id: str | None = None) -> bool:
+        """Nothing (of the batch) buffered, executing (stuck threads aside) or waiting for a
+        commit here."""
+        if batch_id is None:
+            return not self.buffer and self.busy() <= 0 and not self.committing
+        stuck = self.stuck
+        return not any(t.batch_id == batch_id for t in self.in_flight()
+                       if (t.task_id, t.version) not in stuck)
+
+    # -- stopping and stuck threads (mu held) ----------------------------------------------
+
+    def mark_stopped(self, task_id: str) -> list[TaskContext]:
+        """Contexts of `task_id` buffered or running here; running ones are now 'stopped'."""
+        found = [ctx for ctx in self.holding() if ctx.task.task_id == task_id]
+        now = time.monotonic()
+        for ctx in found:
+            key = key_of(ctx.task)
+            if key in self.running:
+                self.stopped.setdefault(key, now)
+        return found
+
+    def newly_stuck(self, grace_s: float, threads: dict[AttemptKey, str]) -> list[Stuck]:
+        """Stopped attempts whose thread is still busy `grace_s` after the stop: stuck now."""
+        now = time.monotonic()
+        out = []
+        for key, since in self.stopped.items():
+            if key in self.stuck or key not in self.running or now - since < grace_s:
+                continue
+            ctx = self.running[key]
+            stuck = Stuck(ctx.task.kind, ctx.task.task_id, since, threads.get(key, "?"))
+            self.stuck[key] = stuck
+            self.live_threads -= 1
+            out.append(stuck)
+        return out
+
+    def excluded(self, overlap: frozenset[str]) -> frozenset[str]:
+        """Tasks a claim must skip: a stopped attempt of theirs still runs here (unless their
+        kind declares overlapping attempts safe)."""
+        return frozenset(self.running[k].task.task_id for k in self.stopped
+                         if k in self.running and self.running[k].task.kind not in overlap)
