@@ -7,18 +7,22 @@ the raw document before validation, so overrides get the very same checks.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -28,6 +32,7 @@ from taskfuse.configfile import (
     apply_overrides,
     located,
     parse_document,
+    quote,
     read_text,
     validate,
 )
@@ -38,6 +43,19 @@ Dist = Annotated[DistSpec, BeforeValidator(as_dist)]
 PosFloat = Annotated[float, Field(gt=0)]
 NonNeg = Annotated[float, Field(ge=0)]
 
+# Bounds on numbers that would otherwise decide how much memory or time a run takes before
+# it can say anything (scenarios/README.md, "Bounds"). Far above any shipped scenario.
+#: Worker processes (simulated) or threads (load test).
+MAX_WORKERS = 10_000
+#: Tasks one batch may create: count x (1 + the most children a task can have).
+MAX_BATCH_TASKS = 1_000_000
+#: The largest count a per-task draw may give (calls of a step, children of a task).
+MAX_PER_TASK = 1_000
+#: Times a periodic process (sampler, watchdog, sweeper) may run over the horizon.
+MAX_TICKS = 1_000_000
+#: Business requests over the horizon at the highest rate given.
+MAX_BUSINESS_REQUESTS = 5_000_000
+
 
 #: A scenario that cannot be used; the message is the one line a user sees. The same
 #: exception as a limits file's, so one handler serves both kinds of file.
@@ -45,7 +63,7 @@ ScenarioError = ConfigError
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # -- policies ------------------------------------------------------------------------------
@@ -264,9 +282,21 @@ class DbStep(Strict):
     db: DbSpec
 
 
+def _bounded_count(count: DistSpec) -> DistSpec:
+    """A count drawn per task must have a largest value, and a small one: an unbounded
+    draw could ask for any number of calls or children at once."""
+    if count.upper > MAX_PER_TASK:
+        raise ValueError(f"a count drawn per task must be at most {MAX_PER_TASK:,}: use "
+                         "constant, uniform, integers or empirical with values up to that")
+    return count
+
+
+PerTask = Annotated[Dist, AfterValidator(_bounded_count)]
+
+
 class CallSpec(Strict):
     downstream: str
-    count: Dist = Constant(value=1)
+    count: PerTask = Constant(value=1)
 
 
 class CallStep(Strict):
@@ -312,7 +342,7 @@ class Child(Strict):
     """DAG fan-out: for each task of the batch, `count` tasks that depend on it."""
 
     kind: str
-    count: Dist
+    count: PerTask
     program: list[Step] = Field(min_length=1)
 
 
@@ -328,6 +358,14 @@ class BatchSpec(Strict):
     duplicates: Annotated[float, Field(ge=0, le=1)] = 0.0
     program: list[Step] = Field(min_length=1)
     children: list[Child] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> BatchSpec:
+        per_task = 1 + sum(int(c.count.upper + 0.5) for c in self.children)
+        if self.count * per_task > MAX_BATCH_TASKS:
+            raise ValueError(f"count: a batch may create at most {MAX_BATCH_TASKS:,} tasks "
+                             f"(count x {per_task} per arrival), got {self.count:,}")
+        return self
 
 
 class Fault(Strict):
@@ -366,13 +404,21 @@ class SLO(Strict):
     max_429: Annotated[int, Field(ge=0)] | None = None
 
 
+def _file_name_part(name: str) -> str:
+    """A scenario's name becomes part of a file name (traces/NAME-seedN.trace)."""
+    if not 0 < len(name) <= 100 or any(c in name for c in "/\\") or not name.isprintable():
+        raise ValueError(f"expected 1 to 100 printable characters without / or \\ (the "
+                         f"name is part of trace file names), got {quote(name)}")
+    return name
+
+
 class Scenario(Strict):
-    name: str = "scenario"
+    name: Annotated[str, AfterValidator(_file_name_part)] = "scenario"
     description: str = ""
     seed: int = 0
     horizon_s: PosFloat = 3600.0
     sample_interval_s: PosFloat = 1.0
-    workers: Annotated[int, Field(ge=1)] | Literal["unbounded"] = 10
+    workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | Literal["unbounded"] = 10
     claim_batch: Annotated[int, Field(ge=1)] = 1
     watchdog_interval_s: PosFloat = 1.0
     task_timeout_s: PosFloat = 60.0
@@ -386,8 +432,33 @@ class Scenario(Strict):
     alerts: Alerts = Alerts()
     slo: SLO = SLO()
 
-    def problems(self) -> list[tuple[tuple[Any, ...], str]]:
-        """Cross-references a model cannot check field by field: (key path, what is wrong)."""
+    @field_validator("sample_interval_s", "watchdog_interval_s", "sweeper", "business")
+    @classmethod
+    def _bounded(cls, value: Any, info: ValidationInfo) -> Any:
+        """Numbers that decide a run's size before it can say anything (see MAX_*)."""
+        horizon = info.data.get("horizon_s")
+        if horizon is None or value is None:
+            return value
+        if isinstance(value, Business):
+            peak = max([value.rate, *(s.rate for s in value.schedule)])
+            if peak * horizon > MAX_BUSINESS_REQUESTS:
+                raise ValueError(f"{peak:g} requests/s over the horizon of {horizon:g} s is "
+                                 f"more than {MAX_BUSINESS_REQUESTS:,} requests: shorten "
+                                 "horizon_s or lower the rate")
+            return value
+        interval = value.interval_s if isinstance(value, Sweeper) else value
+        if horizon / interval > MAX_TICKS:
+            what = "interval_s " if isinstance(value, Sweeper) else ""
+            raise ValueError(f"{what}{interval:g} s would run more than {MAX_TICKS:,} times over "
+                             f"the horizon of {horizon:g} s: use a longer interval")
+        return value
+
+    def problems(self, unused: bool = True) -> list[tuple[tuple[Any, ...], str]]:
+        """Cross-references a model cannot check field by field: (key path, what is wrong).
+
+        `unused=False` leaves out entries nothing refers to (a sweep checks those over all
+        its points: a pool added with --set may be used by only some of them).
+        """
         found: list[tuple[tuple[Any, ...], str]] = []
         seen: set[str] = set()
         for i, batch in enumerate(self.batches):
@@ -403,6 +474,28 @@ class Scenario(Strict):
         if self.business is not None and self.business.pool not in self.pools:
             found.append((("business", "pool"), f"{self.business.pool!r} is not one of the "
                           f"pools {sorted(self.pools)}"))
+        return found + (self.unused() if unused else [])
+
+    def unused(self) -> list[tuple[tuple[Any, ...], str]]:
+        """Pools and downstreams nothing refers to: most often a typo (`--set
+        pools.shard.size=5` meant `shared`), which would otherwise change nothing silently."""
+        pools: set[str] = {self.business.pool} if self.business is not None else set()
+        downstreams: set[str] = set()
+        for batch in self.batches:
+            for step in [*batch.program, *(s for c in batch.children for s in c.program)]:
+                if isinstance(step, DbStep):
+                    pools.add(step.db.pool)
+                elif isinstance(step, CallStep):
+                    downstreams.add(step.call.downstream)
+        found = []
+        for section, names, used in (("pools", self.pools, pools),
+                                     ("downstreams", self.downstreams, downstreams)):
+            for name in names:
+                if name not in used:
+                    close = difflib.get_close_matches(name, sorted(used), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    found.append(((section, name), "not used by any batch, child or business "
+                                  f"traffic{hint}: remove it or refer to it"))
         return found
 
     def _step_problems(self, step: Step, at: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
@@ -431,11 +524,13 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
 
 
 def parse_scenario(text: str, source: str = "<scenario>",
-                   overrides: list[str] | None = None) -> Scenario:
+                   overrides: list[str] | None = None, *, allow_unused: bool = False
+                   ) -> Scenario:
+    """A scenario from its text; `allow_unused` for a sweep's points (see `problems`)."""
     doc, lines = parse_document(text, source, "scenario")
     apply_overrides(doc, overrides)
     scenario = validate(Scenario, doc, source, lines, _HINT)
-    problems = scenario.problems()
+    problems = scenario.problems(unused=not allow_unused)
     if problems:
         loc, what = problems[0]
         raise ScenarioError(located(source, lines, loc, what))
