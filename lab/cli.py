@@ -484,6 +484,13 @@ def watch(args: argparse.Namespace) -> int:
         from tui.app import run_fleet
 
         return run_fleet(args.store)
+    from taskfuse.trace import TraceError, check_trace
+
+    try:  # the whole file, before the monitor starts: damage anywhere is one line, exit 2
+        check_trace(args.trace, follow=args.follow)
+    except TraceError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
     return run_watch(args.trace, follow=args.follow, speed=args.speed)
 
 
