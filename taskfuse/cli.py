@@ -33,13 +33,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
 from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, derive_batch_status
 from taskfuse.core.storeapi import Store
-from taskfuse.core.task import Task, TaskSpec
+from taskfuse.core.task import Batch, Task, TaskSpec
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
-from taskfuse.store import open_store, redact_url
+from taskfuse.store import describe_error, open_store, redact_text, redact_url
 
 if TYPE_CHECKING:
     from taskfuse.observe.prometheus import MetricsServer
@@ -69,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verbose = bool(args.verbose)
     try:
-        return int(args.func(args))
+        with interruptible():  # Ctrl-C stops any command, however it was started
+            return run_printing(lambda: int(args.func(args)))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         return _report(exc, verbose)
 
@@ -80,12 +82,13 @@ def _report(exc: Exception, verbose: bool) -> int:
     """Print one line for an error (a traceback with -v) and choose the exit status."""
     message = user_error(exc)
     if verbose:
-        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.write(redact_text("".join(traceback.format_exception(exc))))
     if message is not None:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{PROG}: error: {redact_text(' '.join(message.splitlines()))}", file=sys.stderr)
         return 2
     hint = "" if verbose else " (run with -v for the traceback)"
-    print(f"{PROG}: internal error: {exc!r}{hint}", file=sys.stderr)
+    print(f"{PROG}: internal error: {type(exc).__name__}: {describe_error(exc)}{hint}",
+          file=sys.stderr)
     return 1
 
 
@@ -95,17 +98,10 @@ def user_error(exc: BaseException) -> str | None:
         return str(exc)
     module = type(exc).__module__.split(".")[0]
     if module in ("sqlite3", "psycopg", "psycopg_pool"):
-        return f"store unavailable: {_redact_text(str(exc).strip().splitlines()[0])}"
+        return f"store unavailable: {describe_error(exc)}"
     if isinstance(exc, OSError):
-        return str(exc)
+        return describe_error(exc)
     return None
-
-
-def _redact_text(text: str) -> str:
-    for word in text.split():
-        if "://" in word:
-            text = text.replace(word, redact_url(word.strip("'\",")))
-    return text
 
 
 # -- the parser ----------------------------------------------------------------------------
@@ -407,6 +403,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     fields: dict[str, Any] = {
         "idempotency_key": args.key, "depends_on": tuple(args.depends_on),
         "task_id": args.task_id, "trace_id": _caller_trace_id(args.trace_id),
+        "batch_id": args.batch,
     }
     for name in ("priority", "timeout", "max_retry"):
         if getattr(args, name) is not None:
@@ -418,11 +415,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with opened_store(args.store) as store:
         sched = app.scheduler(store)
         now = time.time()
-        if args.batch:
-            [task] = sched.submit_batch([spec], now, args.batch, args.cap)
-        else:
-            task = sched.submit(spec, now)
-    created = task.created_at == now
+        task = sched.submit(spec, now)
+        created = task.created_at == now
+        if args.batch and created:
+            # the batch only once its task is in: a known key answers with its task and
+            # leaves no empty batch behind (one task alone cannot run past a cap)
+            store.put_batch(Batch(args.batch, args.cap, now))
     if args.json:
         _print_json({"created": created, "task": record_json(task)})
     elif created:
@@ -510,6 +508,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         if store.get_batch(args.target) is None and not any(store.counts(args.target).values()):
             raise CliError(f"no task or batch with id {args.target!r}")
         n = sched.cancel_batch(args.target, now, args.reason)
+    if n == 0:
+        print(f"batch {args.target} has no unfinished task; nothing to cancel")
+        return 1
     print(f"canceled {n} unfinished task(s) of batch {args.target}")
     return 0
 

@@ -358,9 +358,13 @@ class Scheduler:
         return self._apply(task_id, now, decide)
 
     def cancel_batch(self, batch_id: str, now: float, reason: str = "batch canceled") -> int:
-        """Cancel every unfinished task of a batch; returns how many moved."""
-        if self.store.get_batch(batch_id) is None and not self.store.counts(batch_id).get(
-            _PENDING
+        """Cancel every unfinished task of a batch; returns how many moved (0 when all ended).
+
+        A batch is known by its record or by any task of it, in any status: tasks submitted
+        with a batch id but no record, all RUNNING or all ended, are still its tasks.
+        """
+        if self.store.get_batch(batch_id) is None and not any(
+            self.store.counts(batch_id).values()
         ):
             raise SchedulerError(f"unknown batch {batch_id!r}")
         live = self.store.batch_tasks(batch_id, (_PENDING, _RUNNING))

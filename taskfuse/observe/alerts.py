@@ -36,6 +36,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
 from taskfuse.configfile import ConfigError, load_yaml, read_text
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import METRICS, AlertChange, AlertEvaluator, AlertRule, MetricsAggregator
@@ -304,6 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-if-fired", action="store_true",
                         help="exit 1 when any alert fired (hold a run or scenario to it)")
     args = parser.parse_args(argv)
+    try:
+        with interruptible():
+            return run_printing(lambda: _run(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
     from taskfuse.trace import TraceError
 
     try:

@@ -12,6 +12,8 @@ import logging
 import sys
 from typing import IO, Any
 
+from taskfuse.store.redaction import redact_text
+
 #: Record attributes copied into the JSON object when a logger set them.
 CONTEXT_FIELDS = ("trace_id", "task_id", "kind", "attempt", "worker")
 
@@ -32,7 +34,7 @@ class JsonFormatter(logging.Formatter):
                 out[name] = value
         if record.exc_info:
             out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return redact_text(json.dumps(out, default=str))  # no credential in any line
 
 
 class TextFormatter(logging.Formatter):
@@ -44,7 +46,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         trace, task = getattr(record, "trace_id", None), getattr(record, "task_id", None)
         record.ctx = f" [{trace} {task}]" if trace or task else ""
-        return super().format(record)
+        return redact_text(super().format(record))  # no credential in any line
 
 
 def configure(
