@@ -344,10 +344,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.lease is not None:
         app.config = dataclasses.replace(app.config, lease_s=args.lease)
     stop = threading.Event()
+    signals: list[str] = []
 
     def first(name: str) -> None:
         log.info("%s: finishing running tasks (grace %gs); send again to exit now", name,
                  args.grace)
+        signals.append(name)
         stop.set()
 
     with _logging(args, args.log_json), opened_store(args.store) as store:
@@ -361,7 +363,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
             restore()
             if server is not None:
                 server.close()
-    return 0
+    return _exit_status(signals)
+
+
+def _exit_status(signals: list[str]) -> int:
+    """After a graceful stop: 130 when a person pressed Ctrl-C (SIGINT), 0 for SIGTERM (a
+    service manager's normal stop) or when the work simply ended."""
+    return EXIT_INTERRUPTED if signals[:1] == ["SIGINT"] else 0
 
 
 def _serve_metrics(runner: Runner, args: argparse.Namespace) -> MetricsServer | None:
@@ -537,10 +545,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from taskfuse.runtime.sweeper import run_sweeper, sweeper_scheduler
 
     stop = threading.Event()
+    signals: list[str] = []
+
+    def first(name: str) -> None:
+        signals.append(name)
+        stop.set()
+
     with _logging(args), opened_store(args.store) as store:
         sched = sweeper_scheduler(store, lease_s=args.lease,
                                   max_pending_age_s=args.max_pending_age)
-        restore = _install_stop_handlers(lambda name: stop.set())
+        restore = _install_stop_handlers(first)
         try:
             if not args.once:
                 log.info("sweeper started on %s: every %gs, lease %gs",
@@ -549,7 +563,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         finally:
             restore()
     print(f"swept {moved} task(s)")
-    return 0
+    return _exit_status(signals)
 
 
 # -- inspect -------------------------------------------------------------------------------
