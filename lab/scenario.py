@@ -47,14 +47,15 @@ NonNeg = Annotated[float, Field(ge=0)]
 # it can say anything (scenarios/README.md, "Bounds"). Far above any shipped scenario.
 #: Worker processes (simulated) or threads (load test).
 MAX_WORKERS = 10_000
-#: Tasks one batch may create: count x (1 + the most children a task can have).
-MAX_BATCH_TASKS = 1_000_000
+#: Tasks a run may create, summed over batches (count x (1 + the most children a task can
+#: have)): every task stays in memory to the end, about 1 KB each.
+MAX_TASKS = 400_000
 #: The largest count a per-task draw may give (calls of a step, children of a task).
 MAX_PER_TASK = 1_000
 #: Times a periodic process (sampler, watchdog, sweeper) may run over the horizon.
 MAX_TICKS = 1_000_000
 #: Business requests over the horizon at the highest rate given.
-MAX_BUSINESS_REQUESTS = 5_000_000
+MAX_BUSINESS_REQUESTS = 2_000_000
 
 
 #: A scenario that cannot be used; the message is the one line a user sees. The same
@@ -359,13 +360,10 @@ class BatchSpec(Strict):
     program: list[Step] = Field(min_length=1)
     children: list[Child] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _bounded(self) -> BatchSpec:
-        per_task = 1 + sum(int(c.count.upper + 0.5) for c in self.children)
-        if self.count * per_task > MAX_BATCH_TASKS:
-            raise ValueError(f"count: a batch may create at most {MAX_BATCH_TASKS:,} tasks "
-                             f"(count x {per_task} per arrival), got {self.count:,}")
-        return self
+    @property
+    def most_tasks(self) -> int:
+        """The most tasks this batch can create: count x (1 + the most children of each)."""
+        return self.count * (1 + sum(int(c.count.upper + 0.5) for c in self.children))
 
 
 class Fault(Strict):
@@ -431,6 +429,16 @@ class Scenario(Strict):
     faults: list[Fault] = Field(default_factory=list)
     alerts: Alerts = Alerts()
     slo: SLO = SLO()
+
+    @field_validator("batches")
+    @classmethod
+    def _few_enough_tasks(cls, batches: list[BatchSpec]) -> list[BatchSpec]:
+        total = sum(b.most_tasks for b in batches)
+        if total > MAX_TASKS:
+            raise ValueError(f"the batches may create {total:,} tasks (count x (1 + children "
+                             f"per task)); a run holds at most {MAX_TASKS:,} (about 1 KB of "
+                             "memory each)")
+        return batches
 
     @field_validator("sample_interval_s", "watchdog_interval_s", "sweeper", "business")
     @classmethod

@@ -48,7 +48,9 @@ another exception, and bounded memory. Every frame inflates to at most `MAX_FRAM
 the header, samples, events and footer must have the shapes above, and the footer's report
 the types its readers use (`makespan_s`, `business`, `downstreams`, `slo`).
 `check_trace` checks a whole file frame by frame without keeping it (the monitor's
-`lab watch` runs it before it opens a trace, so a bad file is one line and exit 2).
+`lab watch` runs it before it opens a trace, so a bad file is one line and exit 2; in a
+file over `FULL_CHECK_BYTES` the shape of event frames is left to the monitor, which
+decodes them in the background and shows a bad one as one line).
 
 Reading in a script or notebook::
 
@@ -464,17 +466,24 @@ def _open(path: str | os.PathLike[str]) -> tuple[IO[bytes], Path]:
     return fh, p
 
 
-def check_trace(path: str | os.PathLike[str], follow: bool = False) -> dict[str, Any]:
+#: `check_trace` decodes event frames for their shape only in files up to this size; in a
+#: larger one it checks them for damage (zlib's checksum) and leaves the shape to whoever
+#: decodes them: a 1,000,000-task trace (30 MB) is checked in about 1 s instead of 4.5 s.
+FULL_CHECK_BYTES = 8 * 1024 * 1024
+
+
+def check_trace(path: str | os.PathLike[str], follow: bool = False,
+                full_check_bytes: int = FULL_CHECK_BYTES) -> dict[str, Any]:
     """Check a whole trace frame by frame without keeping it; returns its header.
 
     Every frame is inflated within bounds (so damage anywhere is found by zlib's checksum)
-    and the header, samples and footer are checked for shape; event frames are only
-    inflated, their shape is checked by whoever decodes them (the monitor does that later,
-    in the background). A file that ends inside a frame is an error unless `follow` (a run
+    and the header, samples, footer, and the events of a file up to `full_check_bytes`, are
+    checked for shape. A file that ends inside a frame is an error unless `follow` (a run
     still being written). Memory: one frame at a time.
     """
     fh, p = _open(path)
     with fh:
+        events_too = os.fstat(fh.fileno()).st_size <= full_check_bytes
         frames = _raw_frames(fh, p)
         first = next(frames, None)
         if first is None:
@@ -484,10 +493,11 @@ def check_trace(path: str | os.PathLike[str], follow: bool = False) -> dict[str,
         header = check_header(decode_frame(first[2], first[1], p), p, first[1])
         n_series = len(header["series"])
         for kind, at, body in frames:
-            if kind == EVENTS:
+            if kind == EVENTS and not events_too:
                 inflate_frame(body, at, p)
             else:
-                _check_frame(kind, decode_frame(body, at, p), n_series, at, p)
+                raw, containers = _inflate(body, at, p)
+                _check_frame(kind, _json(raw, at, p), n_series, at, p, containers)
         size, end = os.fstat(fh.fileno()).st_size, fh.tell()
     if end < size and not follow:
         raise TraceError(f"{p}: truncated: the last frame is cut off at byte {end} "
@@ -495,13 +505,14 @@ def check_trace(path: str | os.PathLike[str], follow: bool = False) -> dict[str,
     return header
 
 
-def _check_frame(kind: int, obj: Any, n_series: int, at: int, path: Path) -> None:
+def _check_frame(kind: int, obj: Any, n_series: int, at: int, path: Path,
+                 containers: int) -> None:
     if kind == SAMPLES:
         samples_of(obj, n_series, at, path)
     elif kind == FOOTER:
         report_of(obj, at, path)
     elif kind == EVENTS:
-        event_columns_of(obj, at, path)
+        event_columns_of(obj, at, path, containers)
     else:
         raise _unknown_frame(kind, at, path)
 
