@@ -39,7 +39,7 @@ KeyPath = tuple[Any, ...]
 Lines = dict[KeyPath, int]
 
 #: A configuration file larger than this is refused unread (the shipped scenarios are < 3 KB).
-MAX_BYTES = 512 * 1024
+MAX_BYTES = 256 * 1024
 #: Nodes of a document with every alias counted as a full copy of what it names.
 MAX_NODES = 100_000
 #: Levels of nesting (a scenario needs about eight).

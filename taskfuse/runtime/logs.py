@@ -34,7 +34,9 @@ class JsonFormatter(logging.Formatter):
                 out[name] = value
         if record.exc_info:
             out["error"] = self.formatException(record.exc_info)
-        return redact_text(json.dumps(out, default=str))  # no credential in any line
+        # no credential in any line: masked in each text before it is escaped as JSON
+        return json.dumps({k: redact_text(v) if isinstance(v, str) else v
+                           for k, v in out.items()}, default=str)
 
 
 class TextFormatter(logging.Formatter):
