@@ -15,7 +15,8 @@
 
 Exit codes: 0 ok; 1 an SLO declared in the scenario was broken (for `lab size`: no point of
 the space keeps every SLO); 2 bad input (one line on stderr saying what, where and what was
-expected; a traceback only with -v); 130 interrupted (a sweep keeps what finished).
+expected; a traceback only with -v); 130 interrupted by Ctrl-C, however the command was
+started (a sweep keeps what finished); 141 the reader of stdout went away (`| head`).
 """
 
 from __future__ import annotations

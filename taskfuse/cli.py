@@ -10,9 +10,11 @@
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
 
 `--store` defaults to $TASKFUSE_STORE and `--app` to $TASKFUSE_APP. Exit codes: 0 done,
-1 nothing to do (cancel of a finished task) or an internal error, 2 a usage mistake (unknown
-store scheme, unreachable database, unknown kind, bad JSON, unknown task). Mistakes print
-one line on stderr; `-v` adds the traceback.
+1 nothing to do (cancel of a finished task or batch) or an internal error, 2 a usage mistake
+(unknown store scheme, bad URL, unreachable database, unknown kind, bad JSON, unknown task),
+130 Ctrl-C (a worker or sweeper stops gracefully first; SIGTERM stops them with 0), 141 the
+reader of stdout went away. Mistakes print one line on stderr, credentials masked; `-v` adds
+the traceback.
 """
 
 from __future__ import annotations
