@@ -15,7 +15,8 @@
 
 Exit codes: 0 ok; 1 an SLO declared in the scenario was broken (for `lab size`: no point of
 the space keeps every SLO); 2 bad input (one line on stderr saying what, where and what was
-expected; a traceback only with -v); 130 interrupted (a sweep keeps what finished).
+expected; a traceback only with -v); 130 interrupted by Ctrl-C, however the command was
+started (a sweep keeps what finished); 141 the reader of stdout went away (`| head`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.scenario import ScenarioError, json_schema, load_scenario
+from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,22 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "simulate":
-            return simulate(args)
-        if args.command == "sweep":
-            return sweep_cmd(args)
-        if args.command == "size":
-            return size_cmd(args)
-        if args.command == "plot":
-            return plot_cmd(args)
-        if args.command == "loadtest":
-            return loadtest_cmd(args)
-        if args.command == "compare":
-            return compare_cmd(args)
-        if args.command == "schema":
-            print(json_schema(limits=args.limits))
-            return 0
-        return watch(args)
+        # Ctrl-C stops any command, however it was started; a load test stops on SIGTERM too
+        with interruptible(sigterm=args.command in ("loadtest", "compare")):
+            return run_printing(lambda: _run(args))
     except ScenarioError as exc:
         if args.verbose:
             raise
@@ -159,7 +148,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("lab: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "simulate":
+        return simulate(args)
+    if args.command == "sweep":
+        return sweep_cmd(args)
+    if args.command == "size":
+        return size_cmd(args)
+    if args.command == "plot":
+        return plot_cmd(args)
+    if args.command == "loadtest":
+        return loadtest_cmd(args)
+    if args.command == "compare":
+        return compare_cmd(args)
+    if args.command == "schema":
+        print(json_schema(limits=args.limits))
+        return 0
+    return watch(args)
 
 
 def _trace_path(args: argparse.Namespace, name: str, seed: int) -> Path | None:
@@ -394,11 +402,8 @@ def _loadtest_parsers(sub: Any) -> None:
 
 
 def _loadtest_setup(args: argparse.Namespace) -> Any:
-    """The scenario of a load test, its checked options, and SIGTERM handled like Ctrl-C,
-    so a stopped load test still stops its servers and threads."""
-    import signal
-    import threading
-
+    """The scenario of a load test and its checked options (SIGTERM is handled like Ctrl-C,
+    see main, so a stopped load test still stops its servers and threads)."""
     if not (args.time_scale > 0 and args.time_scale < float("inf")):
         raise ScenarioError(f"--time-scale {args.time_scale!r}: expected a number > 0")
     if getattr(args, "tolerance", 0.0) < 0:
@@ -406,8 +411,6 @@ def _loadtest_setup(args: argparse.Namespace) -> Any:
     if args.store is not None and not args.store.startswith(("sqlite:", "postgres", "memory:")):
         raise ScenarioError(f"--store {args.store!r}: expected sqlite:///PATH, "
                             "postgresql://... or memory://")
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
     return load_scenario(args.file, args.overrides, args.limits)
 
 
@@ -493,6 +496,13 @@ def watch(args: argparse.Namespace) -> int:
         from tui.app import run_fleet
 
         return run_fleet(args.store)
+    from taskfuse.trace import TraceError, check_trace
+
+    try:  # the whole file, before the monitor starts: damage anywhere is one line, exit 2
+        check_trace(args.trace, follow=args.follow)
+    except TraceError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
     return run_watch(args.trace, follow=args.follow, speed=args.speed)
 
 

@@ -32,7 +32,7 @@ Sampler = Callable[[], float]
 
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def sampler(self, rng: random.Random) -> Sampler:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -40,6 +40,11 @@ class _Dist(BaseModel):
     @property
     def mean(self) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @property
+    def upper(self) -> float:
+        """The largest value a draw can take (inf for an unbounded distribution)."""
+        return math.inf
 
 
 class Constant(_Dist):
@@ -52,6 +57,10 @@ class Constant(_Dist):
 
     @property
     def mean(self) -> float:
+        return self.value
+
+    @property
+    def upper(self) -> float:
         return self.value
 
 
@@ -74,12 +83,17 @@ class Uniform(_Dist):
     def mean(self) -> float:
         return (self.low + self.high) / 2
 
+    @property
+    def upper(self) -> float:
+        return float(self.high)
+
 
 class Exponential(_Dist):
     dist: Literal["exponential"]
     mean_s: float = Field(gt=0, alias="mean")
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              allow_inf_nan=False)
 
     def sampler(self, rng: random.Random) -> Sampler:
         rate, expo = 1.0 / self.mean_s, rng.expovariate
@@ -95,7 +109,8 @@ class Lognormal(_Dist):
     mean_s: float = Field(gt=0, alias="mean")
     cv: float = Field(ge=0)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              allow_inf_nan=False)
 
     def sampler(self, rng: random.Random) -> Sampler:
         if self.cv == 0:
@@ -109,6 +124,10 @@ class Lognormal(_Dist):
     @property
     def mean(self) -> float:
         return self.mean_s
+
+    @property
+    def upper(self) -> float:
+        return self.mean_s if self.cv == 0 else math.inf
 
 
 class Empirical(_Dist):
@@ -163,6 +182,10 @@ class Empirical(_Dist):
                    zip(itertools.pairwise(ps), itertools.pairwise(xs), strict=True))
         return area / (ps[-1] - ps[0])
 
+    @property
+    def upper(self) -> float:
+        return max(self.values if self.values is not None else self._points()[1])
+
 
 class Integers(_Dist):
     dist: Literal["integers"]
@@ -182,6 +205,10 @@ class Integers(_Dist):
     @property
     def mean(self) -> float:
         return (self.low + self.high) / 2
+
+    @property
+    def upper(self) -> float:
+        return float(self.high)
 
 
 DistSpec = Annotated[

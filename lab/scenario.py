@@ -7,13 +7,23 @@ the raw document before validation, so overrides get the very same checks.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from lab.dist import Constant, DistSpec, as_dist
 from taskfuse.configfile import (
@@ -22,6 +32,7 @@ from taskfuse.configfile import (
     apply_overrides,
     located,
     parse_document,
+    quote,
     read_text,
     validate,
 )
@@ -38,6 +49,19 @@ from taskfuse.limits.schema import (
 Dist = Annotated[DistSpec, BeforeValidator(as_dist)]
 PosFloat = Annotated[float, Field(gt=0)]
 NonNeg = Annotated[float, Field(ge=0)]
+
+# Bounds on numbers that would otherwise decide how much memory or time a run takes before
+# it can say anything (scenarios/README.md, "Bounds"). Far above any shipped scenario. The
+# number of workers is bounded by the limits format (taskfuse.limits.schema.MAX_WORKERS).
+#: Tasks a run may create, summed over batches (count x (1 + the most children a task can
+#: have)): every task stays in memory to the end, about 1 KB each.
+MAX_TASKS = 400_000
+#: The largest count a per-task draw may give (calls of a step, children of a task).
+MAX_PER_TASK = 1_000
+#: Times a periodic process (sampler, watchdog, sweeper) may run over the horizon.
+MAX_TICKS = 1_000_000
+#: Business requests over the horizon at the highest rate given.
+MAX_BUSINESS_REQUESTS = 2_000_000
 
 
 #: A scenario that cannot be used; the message is the one line a user sees. The same
@@ -152,9 +176,21 @@ class DbStep(Strict):
     db: DbSpec
 
 
+def _bounded_count(count: DistSpec) -> DistSpec:
+    """A count drawn per task must have a largest value, and a small one: an unbounded
+    draw could ask for any number of calls or children at once."""
+    if count.upper > MAX_PER_TASK:
+        raise ValueError(f"a count drawn per task must be at most {MAX_PER_TASK:,}: use "
+                         "constant, uniform, integers or empirical with values up to that")
+    return count
+
+
+PerTask = Annotated[Dist, AfterValidator(_bounded_count)]
+
+
 class CallSpec(Strict):
     downstream: str
-    count: Dist = Constant(value=1)
+    count: PerTask = Constant(value=1)
 
 
 class CallStep(Strict):
@@ -200,7 +236,7 @@ class Child(Strict):
     """DAG fan-out: for each task of the batch, `count` tasks that depend on it."""
 
     kind: str
-    count: Dist
+    count: PerTask
     program: list[Step] = Field(min_length=1)
 
 
@@ -214,6 +250,11 @@ class BatchSpec(BatchLimits):
     duplicates: Annotated[float, Field(ge=0, le=1)] = 0.0
     program: list[Step] = Field(min_length=1)
     children: list[Child] = Field(default_factory=list)
+
+    @property
+    def most_tasks(self) -> int:
+        """The most tasks this batch can create: count x (1 + the most children of each)."""
+        return self.count * (1 + sum(int(c.count.upper + 0.5) for c in self.children))
 
 
 class Fault(Strict):
@@ -234,12 +275,20 @@ class SLO(Strict):
     max_429: Annotated[int, Field(ge=0)] | None = None
 
 
+def _file_name_part(name: str) -> str:
+    """A scenario's name becomes part of a file name (traces/NAME-seedN.trace)."""
+    if not 0 < len(name) <= 100 or any(c in name for c in "/\\") or not name.isprintable():
+        raise ValueError(f"expected 1 to 100 printable characters without / or \\ (the "
+                         f"name is part of trace file names), got {quote(name)}")
+    return name
+
+
 class Scenario(Limits):
     """A world (providers, pools' outages, business traffic, batches' arrivals and programs,
     faults, SLOs) and the limits under test (every field of `Limits`), inline or from a
     limits file (`limits: FILE`, or `--limits FILE` on the command line)."""
 
-    name: str = "scenario"
+    name: Annotated[str, AfterValidator(_file_name_part)] = "scenario"
     description: str = ""
     seed: int = 0
     horizon_s: PosFloat = 3600.0
@@ -251,6 +300,7 @@ class Scenario(Limits):
     faults: list[Fault] = Field(default_factory=list)
     slo: SLO = SLO()
     _limits_source: str | None = PrivateAttr(default=None)
+    _limits_only: frozenset[tuple[str, str]] = PrivateAttr(default=frozenset())
 
     @property
     def limits_source(self) -> str | None:
@@ -261,9 +311,23 @@ class Scenario(Limits):
         """The deployable half of this scenario, as a limits file would hold it."""
         return Limits.model_validate(limits_of(self.model_dump()))
 
-    def problems(self) -> list[tuple[tuple[Any, ...], str]]:
-        """Cross-references a model cannot check field by field: (key path, what is wrong)."""
-        found: list[tuple[tuple[Any, ...], str]] = []
+    @field_validator("batches")
+    @classmethod
+    def _few_enough_tasks(cls, batches: list[BatchSpec]) -> list[BatchSpec]:
+        total = sum(b.most_tasks for b in batches)
+        if total > MAX_TASKS:
+            raise ValueError(f"the batches may create {total:,} tasks (count x (1 + children "
+                             f"per task)); a run holds at most {MAX_TASKS:,} (about 1 KB of "
+                             "memory each)")
+        return batches
+
+    def problems(self, unused: bool = True) -> list[tuple[tuple[Any, ...], str]]:
+        """Cross-references a model cannot check field by field: (key path, what is wrong).
+
+        `unused=False` leaves out entries nothing refers to (a sweep checks those over all
+        its points: a pool added with --set may be used by only some of them).
+        """
+        found = self._too_big()
         for i, batch in enumerate(self.batches):
             programs = [(("batches", i, "program"), batch.program)]
             programs += [(("batches", i, "children", c, "program"), child.program)
@@ -274,6 +338,47 @@ class Scenario(Limits):
         if self.business is not None and self.business.pool not in self.pools:
             found.append((("business", "pool"), f"{self.business.pool!r} is not one of the "
                           f"pools {sorted(self.pools)}"))
+        return found + (self.unused() if unused else [])
+
+    def _too_big(self) -> list[tuple[tuple[Any, ...], str]]:
+        """Numbers that decide a run's size before it can say anything (see MAX_*): the
+        periodic processes' ticks and the business requests over the horizon."""
+        horizon = self.horizon_s
+        found: list[tuple[tuple[Any, ...], str]] = []
+        for where, interval in ((("sample_interval_s",), self.sample_interval_s),
+                                (("watchdog_interval_s",), self.watchdog_interval_s),
+                                (("sweeper", "interval_s"), self.sweeper.interval_s)):
+            if horizon / interval > MAX_TICKS:
+                found.append((where, f"{interval:g} s would run more than {MAX_TICKS:,} times "
+                                     f"over the horizon of {horizon:g} s: use a longer interval"))
+        if self.business is not None:
+            peak = max([self.business.rate, *(s.rate for s in self.business.schedule)])
+            if peak * horizon > MAX_BUSINESS_REQUESTS:
+                found.append((("business",), f"{peak:g} requests/s over the horizon of "
+                               f"{horizon:g} s is more than {MAX_BUSINESS_REQUESTS:,} requests: "
+                               "shorten horizon_s or lower the rate"))
+        return found
+
+    def unused(self) -> list[tuple[tuple[Any, ...], str]]:
+        """Pools and downstreams nothing refers to: most often a typo (`--set
+        pools.shard.size=5` meant `shared`), which would otherwise change nothing silently."""
+        pools: set[str] = {self.business.pool} if self.business is not None else set()
+        downstreams: set[str] = set()
+        for batch in self.batches:
+            for step in [*batch.program, *(s for c in batch.children for s in c.program)]:
+                if isinstance(step, DbStep):
+                    pools.add(step.db.pool)
+                elif isinstance(step, CallStep):
+                    downstreams.add(step.call.downstream)
+        found = []
+        for section, names, used in (("pools", self.pools, pools),
+                                     ("downstreams", self.downstreams, downstreams)):
+            for name in names:
+                if name not in used and (section, name) not in self._limits_only:
+                    close = difflib.get_close_matches(name, sorted(used), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    found.append(((section, name), "not used by any batch, child or business "
+                                  f"traffic{hint}: remove it or refer to it"))
         return found
 
     def _step_problems(self, step: Step, at: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
@@ -297,24 +402,28 @@ def read_scenario_text(path: str | Path) -> str:
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None,
-                  limits: str | Path | None = None) -> Scenario:
+                  limits: str | Path | None = None, *, allow_unused: bool = False) -> Scenario:
     """Read, override and validate a scenario; any problem is a ScenarioError (one line).
 
     `limits` (the `--limits FILE` of the lab's commands) replaces the scenario's own limits,
     inline or referenced, with a limits file's: the scenario's world against a deployable
     file.
     """
-    return parse_scenario(read_scenario_text(path), str(path), overrides, limits)
+    return parse_scenario(read_scenario_text(path), str(path), overrides, limits,
+                          allow_unused=allow_unused)
 
 
 def parse_scenario(text: str, source: str = "<scenario>",
                    overrides: list[str] | None = None,
-                   limits: str | Path | None = None) -> Scenario:
+                   limits: str | Path | None = None, *, allow_unused: bool = False
+                   ) -> Scenario:
+    """A scenario from its text; `allow_unused` for a sweep's points (see `problems`)."""
     doc, lines = parse_document(text, source, "scenario")
-    limits_source = _pull_limits(doc, lines, source, limits)
+    limits_source, limits_only = _pull_limits(doc, lines, source, limits)
     apply_overrides(doc, overrides)
     scenario = validate(Scenario, doc, source, lines, _HINT)
-    problems = scenario.problems()
+    scenario._limits_only = frozenset(limits_only)
+    problems = scenario.problems(unused=not allow_unused)
     if problems:
         loc, what = problems[0]
         raise ScenarioError(located(source, lines, loc, what))
@@ -334,20 +443,21 @@ def self_contained(text: str, source: str, limits: str | Path | None = None) -> 
     doc, lines = parse_document(text, source, "scenario")
     if limits is None and "limits" not in doc:
         return text
-    joined = _pull_limits(doc, lines, source, limits)
+    joined, _ = _pull_limits(doc, lines, source, limits)
     dumped = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
     return f"# {source} joined with its limits file {joined}\n{dumped}"
 
 
-def _pull_limits(doc: dict[str, Any], lines: Lines, source: str,
-                 override: str | Path | None) -> str | None:
-    """Join the limits file the scenario names (or `override`) into its document."""
+def _pull_limits(doc: dict[str, Any], lines: Lines, source: str, override: str | Path | None
+                 ) -> tuple[str | None, set[tuple[str, str]]]:
+    """Join the limits file the scenario names (or `override`) into its document; answers
+    the file and the pools and downstreams only it has (see `join_limits`)."""
     named = doc.pop("limits", None)
     if override is not None:
         strip_limits(doc)
         path = Path(override)
     elif named is None:
-        return None
+        return None, set()
     elif not isinstance(named, str) or not named.strip():
         raise ScenarioError(located(source, lines, ("limits",),
                                     f"expected the path of a limits file, got {named!r}"))
@@ -356,8 +466,7 @@ def _pull_limits(doc: dict[str, Any], lines: Lines, source: str,
         if not path.is_absolute() and not source.startswith("<"):
             path = Path(source).parent / path
     limits_doc, _ = read_limits_document(path)
-    join_limits(doc, lines, source, limits_doc, str(path))
-    return str(path)
+    return str(path), join_limits(doc, lines, source, limits_doc, str(path))
 
 
 def json_schema(limits: bool = False) -> str:

@@ -470,8 +470,12 @@ class Simulation:
 
     @property
     def simpy_events(self) -> int:
-        """How many simpy events were scheduled: the deterministic measure of cost."""
-        return int(next(self.env._eid))  # type: ignore[attr-defined]
+        """How many simpy events were scheduled: the deterministic measure of cost.
+
+        Read from the repr of simpy's id counter (``count(N)``): `next()` on it would spend
+        an id, so reading twice would give two answers and shift later events' ids.
+        """
+        return int(repr(self.env._eid)[len("count("):-1])  # type: ignore[attr-defined]
 
 
 

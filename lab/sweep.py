@@ -48,6 +48,7 @@ from lab.scenario import (
     read_scenario_text,
     self_contained,
 )
+from taskfuse.configfile import located, parse_document
 
 Point = tuple[Any, ...]
 Report = dict[str, Any]
@@ -214,7 +215,8 @@ class Job:
 
 @functools.lru_cache(maxsize=32)
 def _parsed(text: str, source: str, overrides: tuple[str, ...]) -> Scenario:
-    return parse_scenario(text, source, list(overrides))
+    # an entry unused at this point may be used at another (checked once, in the Plan)
+    return parse_scenario(text, source, list(overrides), allow_unused=True)
 
 
 def run_job(job: Job) -> Report:
@@ -246,7 +248,8 @@ class Plan:
         so every run sees the same limits and the fingerprint covers them.
         """
         text = read_scenario_text(path)
-        parse_scenario(text, str(path), list(overrides), limits)  # errors point into the files
+        parse_scenario(text, str(path), list(overrides), limits,  # errors point into the files
+                       allow_unused=True)
         return cls.from_text(self_contained(text, str(path), limits), str(path), overrides,
                              vary, seeds, seed)
 
@@ -257,9 +260,10 @@ class Plan:
             raise ScenarioError(f"--seeds {seeds!r}: expected at least 1")
         if not vary:
             raise ScenarioError("nothing to vary: give at least one --vary key.path=VALUES")
-        scenario = parse_scenario(text, source, list(overrides))
+        scenario = parse_scenario(text, source, list(overrides), allow_unused=True)
         axes = tuple(parse_vary(v) for v in vary)
-        _check_axes(text, source, list(overrides), scenario, axes)
+        variants = _check_axes(text, source, list(overrides), scenario, axes)
+        _check_unused(text, source, [scenario, *variants])
         first = scenario.seed if seed is None else seed
         baseline = tuple(current_value(scenario, a) for a in axes)
         return cls(text, source, tuple(overrides), axes, tuple(range(first, first + seeds)),
@@ -299,9 +303,12 @@ class Plan:
 
 
 def _check_axes(text: str, source: str, overrides: list[str], scenario: Scenario,
-                axes: Sequence[Axis]) -> None:
-    """Each path must exist and each value must validate (with the other axes as configured)."""
+                axes: Sequence[Axis]) -> list[Scenario]:
+    """Each path must exist and each value must validate (with the other axes as configured).
+
+    Returns the scenario of every value so checked."""
     seen: set[str] = set()
+    variants = []
     for axis in axes:
         if axis.key in seen:
             raise ScenarioError(f"--vary {axis.text!r}: {axis.key} is varied twice")
@@ -309,9 +316,22 @@ def _check_axes(text: str, source: str, overrides: list[str], scenario: Scenario
         current_value(scenario, axis)
         for value in axis.values:
             try:
-                parse_scenario(text, source, [*overrides, override(axis.key, value)])
+                variants.append(parse_scenario(text, source,
+                                               [*overrides, override(axis.key, value)],
+                                               allow_unused=True))
             except ScenarioError as exc:
                 raise ScenarioError(f"--vary {axis.text!r}: value {value!r}: {exc}") from None
+    return variants
+
+
+def _check_unused(text: str, source: str, scenarios: Sequence[Scenario]) -> None:
+    """A pool or downstream that no value of any axis puts to use is an error, as it is for
+    one run (a pool added with --set and chosen by an axis is used by some points only)."""
+    unused = [(loc, what) for loc, what in scenarios[0].unused()
+              if all(loc in {where for where, _ in s.unused()} for s in scenarios[1:])]
+    if unused:
+        _, lines = parse_document(text, source, "scenario")
+        raise ScenarioError(located(source, lines, *unused[0]))
 
 
 # -- statistics ----------------------------------------------------------------------------

@@ -10,9 +10,11 @@
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
 
 `--store` defaults to $TASKFUSE_STORE and `--app` to $TASKFUSE_APP. Exit codes: 0 done,
-1 nothing to do (cancel of a finished task) or an internal error, 2 a usage mistake (unknown
-store scheme, unreachable database, unknown kind, bad JSON, unknown task). Mistakes print
-one line on stderr; `-v` adds the traceback.
+1 nothing to do (cancel of a finished task or batch) or an internal error, 2 a usage mistake
+(unknown store scheme, bad URL, unreachable database, unknown kind, bad JSON, unknown task),
+130 Ctrl-C (a worker or sweeper stops gracefully first; SIGTERM stops them with 0), 141 the
+reader of stdout went away. Mistakes print one line on stderr, credentials masked; `-v` adds
+the traceback.
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
 from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, derive_batch_status
 from taskfuse.core.storeapi import Store
-from taskfuse.core.task import Task, TaskSpec
+from taskfuse.core.task import Batch, Task, TaskSpec
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
-from taskfuse.store import open_store, redact_url
+from taskfuse.store import describe_error, open_store, redact_text, redact_url
 
 if TYPE_CHECKING:
     from taskfuse.observe.prometheus import MetricsServer
@@ -69,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verbose = bool(args.verbose)
     try:
-        return int(args.func(args))
+        with interruptible():  # Ctrl-C stops any command, however it was started
+            return run_printing(lambda: int(args.func(args)))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         return _report(exc, verbose)
 
@@ -80,12 +84,13 @@ def _report(exc: Exception, verbose: bool) -> int:
     """Print one line for an error (a traceback with -v) and choose the exit status."""
     message = user_error(exc)
     if verbose:
-        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.write(redact_text("".join(traceback.format_exception(exc))))
     if message is not None:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{PROG}: error: {redact_text(' '.join(message.splitlines()))}", file=sys.stderr)
         return 2
     hint = "" if verbose else " (run with -v for the traceback)"
-    print(f"{PROG}: internal error: {exc!r}{hint}", file=sys.stderr)
+    print(f"{PROG}: internal error: {type(exc).__name__}: {describe_error(exc)}{hint}",
+          file=sys.stderr)
     return 1
 
 
@@ -95,17 +100,10 @@ def user_error(exc: BaseException) -> str | None:
         return str(exc)
     module = type(exc).__module__.split(".")[0]
     if module in ("sqlite3", "psycopg", "psycopg_pool"):
-        return f"store unavailable: {_redact_text(str(exc).strip().splitlines()[0])}"
+        return f"store unavailable: {describe_error(exc)}"
     if isinstance(exc, OSError):
-        return str(exc)
+        return describe_error(exc)
     return None
-
-
-def _redact_text(text: str) -> str:
-    for word in text.split():
-        if "://" in word:
-            text = text.replace(word, redact_url(word.strip("'\",")))
-    return text
 
 
 # -- the parser ----------------------------------------------------------------------------
@@ -348,10 +346,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.lease is not None:
         app.config = dataclasses.replace(app.config, lease_s=args.lease)
     stop = threading.Event()
+    signals: list[str] = []
 
     def first(name: str) -> None:
         log.info("%s: finishing running tasks (grace %gs); send again to exit now", name,
                  args.grace)
+        signals.append(name)
         stop.set()
 
     with _logging(args, args.log_json), opened_store(args.store) as store:
@@ -365,7 +365,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
             restore()
             if server is not None:
                 server.close()
-    return 0
+    return _exit_status(signals)
+
+
+def _exit_status(signals: list[str]) -> int:
+    """After a graceful stop: 130 when a person pressed Ctrl-C (SIGINT), 0 for SIGTERM (a
+    service manager's normal stop) or when the work simply ended."""
+    return EXIT_INTERRUPTED if signals[:1] == ["SIGINT"] else 0
 
 
 def _serve_metrics(runner: Runner, args: argparse.Namespace) -> MetricsServer | None:
@@ -409,6 +415,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     fields: dict[str, Any] = {
         "idempotency_key": args.key, "depends_on": tuple(args.depends_on),
         "task_id": args.task_id, "trace_id": _caller_trace_id(args.trace_id),
+        "batch_id": args.batch,
     }
     for name in ("priority", "timeout", "max_retry"):
         if getattr(args, name) is not None:
@@ -420,11 +427,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with opened_store(args.store) as store:
         sched = app.scheduler(store)
         now = time.time()
-        if args.batch:
-            [task] = sched.submit_batch([spec], now, args.batch, args.cap)
-        else:
-            task = sched.submit(spec, now)
-    created = task.created_at == now
+        task = sched.submit(spec, now)
+        created = task.created_at == now
+        if args.batch and created:
+            # the batch only once its task is in: a known key answers with its task and
+            # leaves no empty batch behind (one task alone cannot run past a cap)
+            store.put_batch(Batch(args.batch, args.cap, now))
     if args.json:
         _print_json({"created": created, "task": record_json(task)})
     elif created:
@@ -512,6 +520,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         if store.get_batch(args.target) is None and not any(store.counts(args.target).values()):
             raise CliError(f"no task or batch with id {args.target!r}")
         n = sched.cancel_batch(args.target, now, args.reason)
+    if n == 0:
+        print(f"batch {args.target} has no unfinished task; nothing to cancel")
+        return 1
     print(f"canceled {n} unfinished task(s) of batch {args.target}")
     return 0
 
@@ -538,10 +549,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from taskfuse.runtime.sweeper import run_sweeper, sweeper_scheduler
 
     stop = threading.Event()
+    signals: list[str] = []
+
+    def first(name: str) -> None:
+        signals.append(name)
+        stop.set()
+
     with _logging(args), opened_store(args.store) as store:
         sched = sweeper_scheduler(store, lease_s=args.lease,
                                   max_pending_age_s=args.max_pending_age)
-        restore = _install_stop_handlers(lambda name: stop.set())
+        restore = _install_stop_handlers(first)
         try:
             if not args.once:
                 log.info("sweeper started on %s: every %gs, lease %gs",
@@ -550,7 +567,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         finally:
             restore()
     print(f"swept {moved} task(s)")
-    return 0
+    return _exit_status(signals)
 
 
 # -- inspect -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
 
-from taskfuse.store import redact_url
+from taskfuse.store import describe_error, redact_url
 from tui.fleet import FleetModel, FleetSample, poll_store, task_lines
 from tui.messages import CommandEntered, TaskChosen
 from tui.screens.fleet import FleetScreen, FleetTaskScreen
@@ -59,10 +59,8 @@ class TasksFound(Message):
 
 
 def scrub(error: BaseException, url: str) -> str:
-    """An error's first line without the URL's password, for the status line."""
-    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    secret = urlsplit(url).password
-    return text.replace(secret, "***") if secret else text
+    """An error's first line without the URL's credentials, for the status line."""
+    return describe_error(error, url)
 
 
 class FleetApp(App[int]):

@@ -17,11 +17,9 @@ Only the worker thread touches a source after `open`; the UI sees its output in 
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +28,19 @@ from typing import Any
 
 import numpy as np
 
-from taskfuse.trace import EVENTS, FOOTER, HEADER, MAGIC, SAMPLES, TraceError, TraceReader
+from taskfuse.trace import (
+    EVENTS,
+    FOOTER,
+    HEADER,
+    MAGIC,
+    SAMPLES,
+    TraceError,
+    TraceReader,
+    decode_frame,
+    event_columns_of,
+    report_of,
+    samples_of,
+)
 from tui.taskindex import Decoder, EventChunk
 
 #: Frame prefix per the layout in taskfuse.trace: 4-byte big-endian length, 1-byte type.
@@ -134,10 +144,12 @@ class TraceSource:
                 else:
                     obj = self._decode(fh.read(length), self._offset)
                     if kind == SAMPLES:
-                        times.extend(obj["t"])
-                        rows.extend(obj["v"])
+                        t, v = samples_of(obj, len(self.header["series"]), self._offset,
+                                          self.path)
+                        times.extend(t.tolist())
+                        rows.extend(v.tolist())
                     elif kind == FOOTER:
-                        delta.report = obj.get("report")
+                        delta.report = report_of(obj, self._offset, self.path)
                         self.complete = delta.complete = True
                     elif kind != HEADER:
                         raise TraceError(f"{self.path}: unknown frame type {kind!r} at byte "
@@ -156,10 +168,7 @@ class TraceSource:
         return delta
 
     def _decode(self, body: bytes, at: int) -> Any:
-        try:
-            return json.loads(zlib.decompress(body))
-        except (zlib.error, ValueError) as exc:
-            raise TraceError(f"{self.path}: corrupt frame at byte {at}: {exc}") from None
+        return decode_frame(body, at, self.path)  # bounded: a zlib bomb is a TraceError
 
     def decode_next(self) -> EventChunk | None:
         """Decode the oldest pending event frame (None when there is none)."""
@@ -169,9 +178,7 @@ class TraceSource:
         with open(self.path, "rb") as fh:
             fh.seek(at)
             obj = self._decode(fh.read(length), at - _FRAME.size)
-        cols = obj.get("c") if isinstance(obj, dict) else None
-        if not isinstance(cols, list) or len(cols) != 12:
-            raise TraceError(f"{self.path}: event frame at byte {at} has no 12 columns")
+        cols = event_columns_of(obj, at - _FRAME.size, self.path)
         try:
             chunk = self._decoder.decode(cols)
         except (TypeError, ValueError) as exc:

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT
 from lab.scenario import Pool as PoolSpec
 from taskfuse.core.bulkhead import Bulkhead
-from taskfuse.store import redact_url
+from taskfuse.store import describe_error, redact_url
 
 #: URL parameters that configure the taskfuse store, not libpq: dropped for the pools.
 _STORE_PARAMS = ("schema", "pool_min", "pool_max", "retry_for")
@@ -257,9 +257,8 @@ def _check_reachable(name: str, url: str) -> None:
     try:
         psycopg.connect(libpq_url(url), connect_timeout=5).close()
     except psycopg.Error as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PoolError(DB_UNAVAILABLE, f"pool {name!r}: cannot connect to "
-                                        f"{redact_url(url)}: {first}") from None
+                                        f"{redact_url(url)}: {describe_error(exc, url)}") from None
 
 
 def libpq_url(url: str) -> str:

@@ -46,6 +46,8 @@ _RUNNING = TaskStatus.RUNNING
 _PENDING = TaskStatus.PENDING
 _MOVE = EventKind.MOVE
 _NOTHING: frozenset[str] = frozenset()
+#: The lock of a scheduler no thread shares (the lab's): hot paths skip entering it.
+_NO_LOCK: AbstractContextManager[Any] = nullcontext()
 #: How long after a deadline the watchdog looks: `expire` wants started_at + timeout < now.
 DEADLINE_SLACK_S = 0.002
 
@@ -126,7 +128,7 @@ class Scheduler:
         #: budget, the guards), never around a store call: a threaded driver passes the lock
         #: its fuses share, so database round trips of many threads overlap while decisions
         #: stay atomic. The lab passes none.
-        self.lock: AbstractContextManager[Any] = lock if lock is not None else nullcontext()
+        self.lock: AbstractContextManager[Any] = lock if lock is not None else _NO_LOCK
         self.policy = policy or RetryPolicy()
         self.policies = dict(policies or {})
         self.config = config or SchedulerConfig()
@@ -307,8 +309,28 @@ class Scheduler:
     # -- finishing -------------------------------------------------------------------------
 
     def complete(self, task: Task, outcome: Outcome, now: float) -> Completed | LostRace:
-        """Apply the outcome of the attempt `task` (as claimed) made."""
-        return self.complete_many([(task, outcome)], now)[0]
+        """Apply the outcome of the attempt `task` (as claimed) made.
+
+        Reads the task first, so an attempt that is no longer current decides nothing (no
+        rng draw, no budget charge): what the lab's one-at-a-time driver wants. A threaded
+        driver that writes many outcomes at once uses `complete_many`.
+        """
+        store = self.store
+        current = store.get(task.task_id)
+        if current is None or current.version != task.version or current.status is not _RUNNING:
+            return LostRace(current)
+        if self.lock is _NO_LOCK:
+            new, reason = self._after(current, outcome, now)
+        else:
+            with self.lock:
+                new, reason = self._after(current, outcome, now)
+        if not store.swap(new, current.version):
+            return LostRace(store.get(task.task_id))
+        if self.budget is not None:
+            with self.lock:
+                self.budget.record_outcome(now, outcome.ok)
+        self._moved(current, new, now, reason)
+        return Completed(new)
 
     def complete_many(self, items: Sequence[tuple[Task, Outcome]], now: float
                       ) -> list[Completed | LostRace]:
@@ -405,8 +427,11 @@ class Scheduler:
             current = store.get(task_id)
             if current is None:
                 return None
-            with self.lock:
+            if self.lock is _NO_LOCK:
                 answer = decide(current)
+            else:
+                with self.lock:
+                    answer = decide(current)
             if answer is None:
                 return None
             new, reason = answer
@@ -440,9 +465,13 @@ class Scheduler:
         return self._apply(task_id, now, decide)
 
     def cancel_batch(self, batch_id: str, now: float, reason: str = "batch canceled") -> int:
-        """Cancel every unfinished task of a batch; returns how many moved."""
-        if self.store.get_batch(batch_id) is None and not self.store.counts(batch_id).get(
-            _PENDING
+        """Cancel every unfinished task of a batch; returns how many moved (0 when all ended).
+
+        A batch is known by its record or by any task of it, in any status: tasks submitted
+        with a batch id but no record, all RUNNING or all ended, are still its tasks.
+        """
+        if self.store.get_batch(batch_id) is None and not any(
+            self.store.counts(batch_id).values()
         ):
             raise SchedulerError(f"unknown batch {batch_id!r}")
         live = self.store.batch_tasks(batch_id, (_PENDING, _RUNNING))

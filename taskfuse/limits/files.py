@@ -70,17 +70,23 @@ def strip_limits(doc: dict[str, Any]) -> None:
 
 
 def join_limits(doc: dict[str, Any], lines: Lines, source: str, limits_doc: dict[str, Any],
-                limits_source: str) -> None:
+                limits_source: str) -> set[tuple[str, str]]:
     """Lay a limits document over a scenario document, in place.
 
     A leaf set in both is refused (which one should win is the user's call, not ours); a
-    batch of the limits file that the scenario does not declare is refused too.
+    batch of the limits file that the scenario does not declare is refused too. Answers the
+    pools and downstreams only the limits file has (a deployment's file may size pools a
+    scenario's world does not model).
     """
+    added = {(section, name) for section in ("pools", "downstreams")
+             for name in (limits_doc.get(section) or {})
+             if name not in (doc.get(section) or {})}
     for key, value in limits_doc.items():
         if key == "batches":
             _join_batches(doc, lines, source, value or [], limits_source)
         else:
             _join(doc, key, copy.deepcopy(value), (key,), lines, source, limits_source)
+    return added
 
 
 def _join(node: dict[str, Any], key: str, value: Any, path: tuple[Any, ...], lines: Lines,

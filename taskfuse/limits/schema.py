@@ -50,11 +50,11 @@ PosInt = Annotated[int, Field(ge=1)]
 
 #: The largest worker count a file may ask for: beyond it a typo (an extra zero or three)
 #: would start threads or simulated workers by the hundred thousand.
-MAX_WORKERS = 100_000
+MAX_WORKERS = 10_000
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # -- retries -------------------------------------------------------------------------------

@@ -36,8 +36,8 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
+from taskfuse.configfile import ConfigError, load_yaml, read_text
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import METRICS, AlertChange, AlertEvaluator, AlertRule, MetricsAggregator
 from taskfuse.core.states import TaskfuseError, TaskStatus
@@ -100,18 +100,26 @@ def parse_duration(text: str) -> float:
 def load_alerts(path: str | Path | Traversable | None = None) -> list[PromAlert]:
     """The `alert:` rules of a rules file (default: the shipped one), in file order."""
     source = rules_path() if path is None else path
-    if isinstance(source, str | Path):
-        source = Path(source)
-    text = source.read_text("utf-8")
-    try:
-        doc = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise RulesError(f"{source}: not YAML: {exc}") from None
-    rules = [r for g in doc.get("groups") or [] for r in g.get("rules") or [] if "alert" in r]
+    try:  # the strict loader's bounds: a hostile rules file is one line, never a traceback
+        text = (read_text(source, "rules") if isinstance(source, str | Path)
+                else source.read_text("utf-8"))
+        doc, _ = load_yaml(text, str(source), "rules")
+    except ConfigError as exc:
+        raise RulesError(str(exc)) from None
+    groups = (doc or {}).get("groups") if isinstance(doc or {}, dict) else None
+    if not (isinstance(groups or [], list)
+            and all(isinstance(g, dict) and isinstance(g.get("rules") or [], list)
+                    and all(isinstance(r, dict) for r in g.get("rules") or [])
+                    for g in groups or [])):
+        raise RulesError(f"{source}: expected Prometheus rule groups: "
+                         "{groups: [{name: ..., rules: [{alert: ..., expr: ...}, ...]}]}")
+    rules = [r for g in groups or [] for r in g.get("rules") or [] if "alert" in r]
     return [_alert(r) for r in rules]
 
 
 def _alert(rule: dict[str, Any]) -> PromAlert:
+    if not isinstance(rule.get("labels") or {}, dict):
+        raise RulesError(f"alert {rule['alert']!r}: labels must be a mapping")
     expr = " ".join(str(rule.get("expr", "")).split())  # folded YAML keeps newlines: drop them
     return PromAlert(str(rule["alert"]), expr, parse_duration(rule.get("for", "0s")),
                      dict(rule.get("labels") or {}))
@@ -215,7 +223,7 @@ def _at(values: Any, i: int, missing: Any = 0) -> Any:
     if values is None:
         return missing
     value = values[i]
-    return missing if value is None or value != value else float(value)
+    return missing if value is None or not math.isfinite(value) else float(value)
 
 
 # -- evaluation ----------------------------------------------------------------------------
@@ -297,6 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-if-fired", action="store_true",
                         help="exit 1 when any alert fired (hold a run or scenario to it)")
     args = parser.parse_args(argv)
+    try:
+        with interruptible():
+            return run_printing(lambda: _run(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
     from taskfuse.trace import TraceError
 
     try:

@@ -32,6 +32,7 @@ long-lived jobs stable batch ids (e.g. one per job and day), not one per run of 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -46,6 +47,7 @@ from taskfuse.core.breaker import BreakerState
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import NO_BATCH
 from taskfuse.core.states import TERMINAL, TaskStatus
+from taskfuse.store.redaction import redact_text
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -72,6 +74,13 @@ _TERMINAL = frozenset(s.value for s in TERMINAL)
 _RETRYABLE = re.compile(r"retryable '([^']*)'")
 #: Starts remembered beyond the worker count before the map is pruned to running tasks.
 _PRUNE_AT = 1000
+
+
+@functools.lru_cache(maxsize=4096)
+def label(value: str) -> str:
+    """A label value from free text (ids, error kinds) with any credential masked; cached,
+    since the same few values recur on every event."""
+    return redact_text(str(value))
 
 
 def retry_kind(reason: str | None) -> str | None:
@@ -171,12 +180,12 @@ class WorkerMetrics:
         if event.dst in _TERMINAL:
             self.finished.labels(event.dst).inc()
             if started is not None:
-                batch = event.batch_id or NO_BATCH
+                batch = label(event.batch_id or NO_BATCH)
                 self.durations.labels(batch).observe(max(0.0, event.t - started))
         elif event.dst == _PENDING and event.src == _RUNNING:
             kind = retry_kind(event.reason)
             if kind is not None:
-                self.retries.labels(kind).inc()
+                self.retries.labels(label(kind)).inc()
             elif (event.reason or "").startswith("deferred"):
                 self.deferred.inc()
 
@@ -191,7 +200,7 @@ class WorkerMetrics:
         self.calls.labels(name).inc()
         outcome = event.reason or "ok"
         if outcome != "ok":
-            self.errors.labels(name, outcome).inc()
+            self.errors.labels(name, label(outcome)).inc()
             if outcome == HTTP_429:
                 self.throttled.labels(name).inc()
 
@@ -253,7 +262,7 @@ class GuardCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         runner = self.runner
         info = InfoMetricFamily("taskfuse_worker", "This worker process.")
-        info.add_metric([], {"worker_id": runner.worker_id, "app": runner.app.name})
+        info.add_metric([], {"worker_id": label(runner.worker_id), "app": label(runner.app.name)})
         yield info
         yield _gauge("taskfuse_worker_threads", "Worker threads of this process: its share "
                      "of the fleet's running limit.", runner.workers)

@@ -12,6 +12,8 @@ import logging
 import sys
 from typing import IO, Any
 
+from taskfuse.store.redaction import redact_text
+
 #: Record attributes copied into the JSON object when a logger set them.
 CONTEXT_FIELDS = ("trace_id", "task_id", "kind", "attempt", "worker")
 
@@ -34,7 +36,9 @@ class JsonFormatter(logging.Formatter):
             out["error"] = self.formatException(record.exc_info)
         elif record.exc_text:  # formatted where it happened (a record from a task process)
             out["error"] = record.exc_text
-        return json.dumps(out, default=str)
+        # no credential in any line: masked in each text before it is escaped as JSON
+        return json.dumps({k: redact_text(v) if isinstance(v, str) else v
+                           for k, v in out.items()}, default=str)
 
 
 class TextFormatter(logging.Formatter):
@@ -46,7 +50,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         trace, task = getattr(record, "trace_id", None), getattr(record, "task_id", None)
         record.ctx = f" [{trace} {task}]" if trace or task else ""
-        return super().format(record)
+        return redact_text(super().format(record))  # no credential in any line
 
 
 def configure(

@@ -14,18 +14,21 @@ be claimable), and ``swap_many`` (several compare-and-sets in one commit).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from taskfuse.core.states import TaskfuseError
 from taskfuse.core.storeapi import Store
 from taskfuse.store.memory import StoreError
+from taskfuse.store.redaction import describe_error, redact_text, redact_url, remember
 
 __all__ = [
     "PayloadError",
     "StoreError",
     "StoreURLError",
     "StoreUnavailable",
+    "describe_error",
     "open_store",
+    "redact_text",
     "redact_url",
 ]
 
@@ -53,20 +56,13 @@ class StoreUnavailable(StoreError):
     """
 
 
-def redact_url(url: str) -> str:
-    """The URL with any password replaced, safe for logs, traces and error messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
 def open_store(url: str) -> Store:
-    """Open the store a URL names; raises StoreURLError with the URL redacted."""
+    """Open the store a URL names; raises StoreURLError with the URL redacted.
+
+    The URL's secrets are remembered first, so no later output of this process (an error
+    that quotes a piece of the password, a log line) shows them (store/redaction.py).
+    """
+    remember(url)
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         from taskfuse.store.memory import MemoryStore

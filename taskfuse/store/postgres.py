@@ -54,6 +54,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
+from taskfuse.store.redaction import describe_error, remember
 from taskfuse.store.sql import (
     SELECT_TASK,
     STATUS_OF,
@@ -249,8 +250,8 @@ class PostgresStore(NamedQueryReads):
         parts = urlsplit(url)
         if parts.scheme not in ("postgresql", "postgres"):
             raise StoreURLError(f"expected postgresql://..., got {redact_url(url)!r}")
+        remember(url)  # its secrets never reach an error or a log line
         self.url = redact_url(url)
-        self._password = parts.password
         options = dict(parse_qsl(parts.query))
         own = {k: options.pop(k) for k in _OWN_PARAMS if k in options}
         try:
@@ -274,6 +275,10 @@ class PostgresStore(NamedQueryReads):
             given = conninfo_to_dict(libpq_url)
         except psycopg.ProgrammingError as exc:
             raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: {self._scrub(exc)}") from None
+        ports = [p for p in str(given.get("port") or "").split(",") if p]
+        if not all(p.isascii() and p.isdigit() for p in ports):
+            raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: expected a port number, "
+                                f"got {str(given['port'])!r}")
         extra_options = f"{given.get('options', '')} -c search_path={self.schema}".strip()
         self._conninfo = make_conninfo(
             libpq_url,
@@ -312,10 +317,7 @@ class PostgresStore(NamedQueryReads):
     # -- plumbing --------------------------------------------------------------------------
 
     def _scrub(self, exc: BaseException) -> str:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if self._password:
-            text = text.replace(self._password, "***")
-        return text
+        return describe_error(exc)  # one line, credentials masked
 
     def _migrate(self, connect_timeout: float) -> None:
         """Create the schema and apply each numbered migration it lacks, under a lock."""

@@ -213,7 +213,10 @@ class SQLiteStore(NamedQueryReads):
 
     def _migrate(self) -> None:
         """Create or upgrade the schema: apply each numbered migration the file lacks."""
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(self.path).parent
+        if self.path != ":memory:" and not folder.is_dir():  # never create directories
+            raise StoreURLError(f"SQLite store {self.path!r}: no directory {str(folder)!r} "
+                                "(the store creates its file, not directories)")
         with self._write() as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS taskfuse_migrations ("
