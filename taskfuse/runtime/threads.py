@@ -83,6 +83,9 @@ _MAX_ERROR_PAUSE_S = 1.0
 _AFTER_KILL_S = 5.0
 #: Largest group a claim or a commit takes at once.
 _MAX_GROUP = 256
+#: Tasks claimed ahead per worker thread at most, while tasks are short against their
+#: timeouts (the prefetch shrinks to none as they get long: `Attempts.prefetch_now`).
+_PREFETCH_PER_THREAD = 16
 
 
 @dataclass
@@ -141,7 +144,9 @@ class Runner:
         self.scheduler: Scheduler = app.scheduler(self.store, sinks=sinks, now=clock())
         self.scheduler.serialize(self.lock, threading.Lock())
         self.stats = RunnerStats()
-        self.attempts = Attempts(workers, workers if prefetch is None else prefetch)
+        if prefetch is None:  # short tasks: enough to hide a claim's round trip; long ones:
+            prefetch = min(_MAX_GROUP, _PREFETCH_PER_THREAD * workers)  # see Attempts.load
+        self.attempts = Attempts(workers, prefetch)
         self.stuck_after_s = stuck_after_s
         self.stuck_threads_max = workers if stuck_threads_max is None else stuck_threads_max
         self._group_wait_s = group_wait_s

@@ -1,0 +1,202 @@
+"""The runtime at the speed of its store: no-op tasks through the Runner, beside the minimal
+loop that does only the SQL, in the same run.
+
+* runner: `Runner(workers=4)` drains N no-op tasks from a fresh store (submitted beforehand):
+  claims in groups, four threads run the tasks, a completer commits outcomes in groups.
+  Durable stores keep their defaults: SQLite synchronous=FULL, PostgreSQL
+  synchronous_commit=on.
+* minimal: the bare `jobs` table of test_bench_stores.MinimalRig, 4 threads, each claiming 32
+  with one statement and completing its 32 in one transaction (the issue's "minimal grouped
+  loop").
+* fleet: 1 and 2 worker processes (benchmarks/fleet_worker.py, 4 threads each) draining one
+  PostgreSQL schema, timed from a start signal after every process is ready.
+
+Each runner benchmark's `extra_info` carries `tasks_per_s`; the minimal ones too, so ratios
+come from one session. Run:
+
+    python -m pytest benchmarks/test_bench_throughput.py --benchmark-only
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.test_bench_stores import PG_URL, MinimalRig, _drop_schema, _need
+from taskfuse.runtime import App, Runner
+from taskfuse.store.memory import MemoryStore
+
+N = 20_000
+WORKERS = 4
+ROOT = Path(__file__).resolve().parents[1]
+
+app = App("bench")
+
+
+@app.task("noop", timeout=60)
+def noop(ctx: object, payload: object) -> None:
+    return None
+
+
+class RunnerRig:
+    """A fresh store holding N no-op tasks per round; the round is one Runner draining it."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.tmp = tempfile.mkdtemp(prefix="bench-run-")
+        self.store: Any = None
+        self.schema = ""
+
+    def url(self) -> str:
+        if self.kind == "sqlite":
+            return f"sqlite:///{os.path.join(self.tmp, uuid.uuid4().hex)}.db"
+        self.schema = f"bench_{uuid.uuid4().hex[:12]}"
+        return f"{PG_URL}?schema={self.schema}"
+
+    def fresh(self) -> None:
+        self.close()
+        if self.kind == "memory":
+            self.store = MemoryStore()
+        else:
+            from taskfuse.store import open_store
+
+            self.store = open_store(self.url())
+        fill(self.store)
+
+    def drain(self) -> None:
+        with Runner(app, self.store, workers=WORKERS, heartbeat_s=10.0) as runner:
+            assert runner.join(300)
+        assert runner.stats.completed == N
+
+    def close(self) -> None:
+        if self.store is not None and hasattr(self.store, "close"):
+            self.store.close()
+        self.store = None
+        if self.schema:
+            _drop_schema(self.schema)
+            self.schema = ""
+
+
+def fill(store: Any) -> None:
+    """N no-op tasks, submitted in chunks (as a producer would) before the clock starts."""
+    from taskfuse.core.scheduler import Scheduler
+
+    sched = Scheduler(store)
+    spec = app.spec("noop")
+    for at in range(0, N, 5_000):
+        sched.submit_many([spec] * min(5_000, N - at), time.time())
+
+
+def _record(benchmark: Any) -> None:
+    median = benchmark.stats.stats.median
+    benchmark.extra_info["tasks_per_s"] = round(N / median)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_runner(benchmark, kind: str) -> None:
+    _need(kind)
+    benchmark.group = f"throughput: {N} no-op tasks, {WORKERS} threads ({kind})"
+    rig = RunnerRig(kind)
+    try:
+        benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=3, iterations=1)
+    finally:
+        rig.close()
+    _record(benchmark)
+
+
+class _MinimalN(MinimalRig):
+    """MinimalRig at this file's N."""
+
+    def fresh(self) -> None:
+        import benchmarks.test_bench_stores as stores
+
+        saved = dict(stores.N)
+        stores.N.update({"sqlite": N, "postgres": N})
+        try:
+            super().fresh()
+        finally:
+            stores.N.update(saved)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_minimal_grouped_loop(benchmark, kind: str) -> None:
+    _need(kind)
+    benchmark.group = f"throughput: {N} no-op tasks, {WORKERS} threads ({kind})"
+    rig = _MinimalN(kind, WORKERS)
+    try:
+        benchmark.pedantic(rig.drain, args=(True,), setup=rig.fresh, rounds=3, iterations=1)
+    finally:
+        rig.close()
+    _record(benchmark)
+
+
+# -- a fleet: worker processes on one PostgreSQL schema --------------------------------------
+
+
+class FleetRig:
+    """P worker processes, each a Runner of WORKERS threads, draining one fresh schema."""
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        self.schema = ""
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def fresh(self) -> None:
+        from taskfuse.store.postgres import PostgresStore
+
+        self.close()
+        self.schema = f"bench_{uuid.uuid4().hex[:12]}"
+        url = f"{PG_URL}?schema={self.schema}"
+        with PostgresStore(url) as store:
+            fill(store)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.fleet_worker", url, str(WORKERS)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+            for _ in range(self.processes)]
+        for proc in self.procs:  # every process ready before the clock starts
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+    def drain(self) -> None:
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        claimed = 0
+        for proc in self.procs:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().split()
+            assert line and line[0] == "done", line
+            claimed += int(line[1])
+            proc.wait(60)
+        assert claimed == N  # every task ran once
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.procs = []
+        if self.schema:
+            _drop_schema(self.schema)
+            self.schema = ""
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_fleet_on_postgres(benchmark, processes: int) -> None:
+    _need("postgres")
+    benchmark.group = f"throughput: fleet on PostgreSQL, {N} no-op tasks, {WORKERS} threads each"
+    rig = FleetRig(processes)
+    try:
+        benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=3, iterations=1)
+    finally:
+        rig.close()
+    _record(benchmark)
