@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -54,6 +55,10 @@ if TYPE_CHECKING:
 
     from taskfuse.core.guard import Guard
     from taskfuse.runtime.threads import Runner
+
+#: The longest a scrape waits for the store's counts (Prometheus' default scrape timeout is
+#: 10 s; a worker should answer well within it even while its database is down).
+STORE_SCRAPE_BUDGET_S = 1.5
 
 log = logging.getLogger("taskfuse.observe")
 
@@ -208,29 +213,71 @@ class WorkerMetrics:
 class StoreCollector(Collector):
     """Task counts from the store at scrape time: the same number from every worker.
 
-    A store that fails is reported as `taskfuse_store_up 0` (and logged) instead of failing
-    the scrape, so the per-process series stay visible while the database is down.
+    A scrape never waits longer than `budget_s` for the store: the count runs in a thread of
+    its own, and a store that fails or has not answered in time is reported as
+    `taskfuse_store_up 0` with the last counts it gave (and their age), so a scrape during a
+    database outage answers at once and the per-process series stay visible.
     """
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, budget_s: float = STORE_SCRAPE_BUDGET_S) -> None:
         self.runner = runner
+        self.budget_s = budget_s
+        self._lock = threading.Lock()
+        self._pending: threading.Thread | None = None
+        self._done = threading.Event()
+        self._last: dict[str, int] | None = None
+        self._last_at: float | None = None
+        self._last_took = 0.0
+        self._last_error: str | None = None
 
     def describe(self) -> Iterable[Metric]:
         """Nothing: describing would query the store when the collector is registered."""
         return []
 
-    def collect(self) -> Iterator[Metric]:
+    def _count(self) -> None:
         began = time.monotonic()
         try:
             counts = self.runner.counts()
         except Exception as exc:
             log.warning("metrics scrape: store counts failed: %s", exc)
-            yield _gauge("taskfuse_store_up", "1 if the store answered this scrape.", 0)
+            with self._lock:
+                self._last_error = str(exc)
+        else:
+            with self._lock:
+                self._last = {s.value: int(counts.get(s, 0)) for s in TaskStatus}
+                self._last_at = time.time()
+                self._last_took = time.monotonic() - began
+                self._last_error = None
+        finally:
+            with self._lock:
+                self._pending = None
+            self._done.set()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self._pending is None:  # one count at a time, however many scrapes wait
+                self._done.clear()
+                asked = time.time()
+                self._pending = threading.Thread(target=self._count, daemon=True,
+                                                 name="taskfuse-metrics-count")
+                self._pending.start()
+            else:
+                asked = None
+        self._done.wait(self.budget_s)
+        with self._lock:
+            fresh = (asked is not None and self._last_at is not None
+                     and self._last_at >= asked and self._last_error is None)
+            counts, at, took = self._last, self._last_at, self._last_took
+        yield _gauge("taskfuse_store_up", "1 if the store answered this scrape in time.",
+                     1 if fresh else 0)
+        if at is not None:
+            yield _gauge("taskfuse_store_last_answer_timestamp_seconds", "When the store last "
+                         "answered a count (the counts below are from then).", at)
+        if counts is None:
             return
-        yield _gauge("taskfuse_store_up", "1 if the store answered this scrape.", 1)
         yield _gauge("taskfuse_store_query_seconds", "Time the store took to count tasks "
-                     "for this scrape.", time.monotonic() - began)
-        yield from _count_families({s.value: int(counts.get(s, 0)) for s in TaskStatus})
+                     "the last time it answered.", took)
+        yield from _count_families(counts)
 
 
 def _count_families(counts: dict[str, int]) -> Iterator[Metric]:
@@ -266,12 +313,32 @@ class GuardCollector(Collector):
         yield info
         yield _gauge("taskfuse_worker_threads", "Worker threads of this process: its share "
                      "of the fleet's running limit.", runner.workers)
+        busy = len(runner.running_tasks())
+        stuck = runner.stuck_threads()
         with runner.lock:
             now = runner.clock()
-            busy = len(runner.running_tasks())
             families = _guard_families(list(runner.scheduler.guards.values()), now)
         yield _gauge("taskfuse_worker_busy_threads", "Tasks this process is running now.", busy)
+        yield from _stuck_families(stuck)
         yield from families
+
+
+def _stuck_families(stuck: list[dict[str, object]]) -> Iterator[Metric]:
+    """Threads still busy with a task that is no longer RUNNING (it ignored its stop), per
+    kind, and how long the oldest has been stuck."""
+    count = GaugeMetricFamily("taskfuse_worker_stuck_threads", "Worker threads busy with a "
+                              "task that is no longer RUNNING (it ignored its timeout or "
+                              "cancel), by task kind.", labels=["kind"])
+    oldest = GaugeMetricFamily("taskfuse_worker_stuck_seconds", "How long the longest-stuck "
+                               "thread of each kind has been stuck.", labels=["kind"])
+    by_kind: dict[str, list[float]] = {}
+    for entry in stuck:
+        by_kind.setdefault(str(entry["kind"]), []).append(float(entry["for_s"]))  # type: ignore[arg-type]
+    for kind, ages in sorted(by_kind.items()):
+        count.add_metric([label(kind)], len(ages))
+        oldest.add_metric([label(kind)], max(ages))
+    yield count
+    yield oldest
 
 
 def _guard_families(guards: list[Guard], now: float) -> list[Metric]:

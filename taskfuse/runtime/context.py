@@ -31,12 +31,15 @@ from taskfuse.runtime.errors import (
     UnknownDownstream,
     outcome_of,
 )
+from taskfuse.store import StoreUnavailable, bounded
 
 if TYPE_CHECKING:
     from taskfuse.runtime.fleet import FleetLimits
     from taskfuse.runtime.threads import Runner
     from taskfuse.store.limits import Permit
 
+#: The longest `ctx.cancelled()` waits for a store that does not answer.
+CANCEL_CHECK_S = 1.0
 #: Slack added to a task's deadline when waiting for a bulkhead permit, so the watchdog (which
 #: stops the task) normally wins over the wait's own bound.
 PERMIT_WAIT_SLACK_S = 1.0
@@ -138,12 +141,17 @@ class TaskContext:
 
         True after a cancel (from any process), a timeout, a release at shutdown, or when
         the sweeper took the task away. Reads the store, so call it between units of work.
+        While the store does not answer (an outage), the answer is what this process knows
+        after at most CANCEL_CHECK_S: a task keeps working rather than hang in the check.
         """
         if self._stopped:
             return True
         runner = self._runner
-        with runner.store_lock():
-            gone = runner.scheduler.is_cancelled(self.task)
+        try:
+            with bounded(runner.store, CANCEL_CHECK_S):
+                gone = runner.scheduler.is_cancelled(self.task)
+        except StoreUnavailable:
+            return self._stopped
         if gone:
             with runner.lock:
                 self.signal_stop()

@@ -67,7 +67,7 @@ from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.errors import RESULT_ERROR, attempt_failure
 from taskfuse.runtime.fleet import FleetLimits
 from taskfuse.runtime.procexec import ProcessPool
-from taskfuse.store import StoreUnavailable
+from taskfuse.store import StoreError, StoreUnavailable, bounded
 from taskfuse.store.memory import LockedStore, MemoryStore
 
 log = logging.getLogger("taskfuse.runtime")
@@ -78,9 +78,9 @@ _POLL_S = 0.25
 _LISTEN_BOUND_S = 1.0
 #: Longest pause after a store error in a claim or commit loop (the pause doubles up to it).
 _MAX_ERROR_PAUSE_S = 1.0
-#: How long shutdown waits for threads whose task processes it killed, and for the last
-#: commit, beyond the grace.
-_AFTER_KILL_S = 5.0
+#: How long shutdown waits, past the grace, for threads whose task processes it killed, and
+#: at least for the last commit.
+_AFTER_KILL_S = 1.5
 #: Largest group a claim or a commit takes at once.
 _MAX_GROUP = 256
 #: Tasks claimed ahead per worker thread at most, while tasks are short against their
@@ -242,17 +242,19 @@ class Runner:
         """
         self.request_stop()
         deadline = time.monotonic() + grace_s
-        released = self._release(self._take_buffer(), "shutdown")
+        hard = deadline + _AFTER_KILL_S  # past the grace: kills, releases, the last commit
+        with bounded(self.store, grace_s):  # a store that is down must not hold us past it
+            released = self._release(self._take_buffer(), "shutdown")
         for thread in self._workers:
             thread.join(max(0.0, deadline - time.monotonic()))
         with self.attempts.mu:
             running = list(self.attempts.running.values())
-        released += self._release(running, "shutdown")
+        with bounded(self.store, max(0.1, (hard - time.monotonic()) / 2)):
+            released += self._release(running, "shutdown")
         self.procs.close()  # after the release: a killed attempt must not count as failed
-        end = time.monotonic() + _AFTER_KILL_S  # threads of killed task processes return now
-        for thread in self._workers:
-            thread.join(max(0.0, end - time.monotonic()))
-        self._drain_commits(max(0.0, deadline - time.monotonic()) + _AFTER_KILL_S)
+        for thread in self._workers:  # threads of killed task processes return now
+            thread.join(max(0.0, hard - time.monotonic()) / 2)
+        self._drain_commits(max(0.1, hard - time.monotonic()))
         with self.attempts.mu:
             self._closed = True
             self.attempts.outcomes.notify_all()
@@ -264,8 +266,9 @@ class Runner:
         if self._tracer is not None:
             self._tracer.close()
             self._tracer = None
+        end = max(time.monotonic() + 0.2, hard)  # a thread inside a store call that does
         for thread in [*self._threads, *([self._committer] if self._committer else [])]:
-            thread.join(timeout=2.0)
+            thread.join(max(0.0, end - time.monotonic()))  # not answer is left to its end
         return released
 
     def _take_buffer(self) -> list[TaskContext]:
@@ -594,6 +597,14 @@ class Runner:
                     if not self._closed:
                         at.outcomes.wait(pause)
                 continue
+            except Exception:
+                if self._closed:  # the store was closed after our shutdown: done
+                    return
+                pause = min(_MAX_ERROR_PAUSE_S, max(0.05, pause * 2))
+                log.exception("writing %d outcome(s) failed; keeping them", len(group))
+                with at.mu:
+                    at.outcomes.wait(pause)
+                continue
             pause = 0.0
             self._committed(group, answers)
 
@@ -606,7 +617,9 @@ class Runner:
             return self.scheduler.complete_many([(c.task, o) for c, o in group], now)
         except StoreUnavailable:
             raise
-        except Exception as exc:
+        except StoreError as exc:
+            if self._closed:
+                raise
             if len(group) > 1:
                 return [answer for item in group for answer in self._write([item])]
             ctx, _ = group[0]

@@ -14,6 +14,9 @@ be claimable), and ``swap_many`` (several compare-and-sets in one commit).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
 from urllib.parse import urlsplit
 
 from taskfuse.core.states import TaskfuseError
@@ -26,6 +29,7 @@ __all__ = [
     "StoreError",
     "StoreURLError",
     "StoreUnavailable",
+    "bounded",
     "describe_error",
     "open_store",
     "redact_text",
@@ -54,6 +58,17 @@ class StoreUnavailable(StoreError):
 
     The message names the store by its redacted URL: credentials never reach logs or traces.
     """
+
+
+@contextmanager
+def bounded(store: Any, seconds: float) -> Iterator[None]:
+    """Calls of this thread to `store` give up after `seconds` (StoreUnavailable) instead of
+    retrying for the store's whole retry budget: for a shutdown that must end within its
+    grace while the database is down. A store with nothing to retry is unaffected."""
+    inner = getattr(store, "inner", store)  # a LockedStore's store
+    limit = getattr(inner, "retries_within", None)
+    with limit(seconds) if callable(limit) else nullcontext():
+        yield
 
 
 def open_store(url: str) -> Store:

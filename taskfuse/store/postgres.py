@@ -41,7 +41,8 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -289,6 +290,7 @@ class PostgresStore(NamedQueryReads):
         )
         self.work_channel = f"taskfuse_work_{self.schema}"
         self._closed = False
+        self._bound = threading.local()
         self._capped = True
         self._capped_until = 0.0
         self._migrate(connect_timeout)
@@ -359,11 +361,12 @@ class PostgresStore(NamedQueryReads):
         if self._closed:
             raise StoreError(f"PostgresStore({self.url!r}) is closed")
         delay = 0.02
-        deadline: float | None = None
+        deadline: float | None = getattr(self._bound, "until", None)
         retried = False
         while True:
+            wait = None if deadline is None else max(0.05, deadline - time.monotonic())
             try:
-                with self.pool.connection() as conn:
+                with self.pool.connection(timeout=wait) as conn:
                     return op(conn, retried)
             except psycopg.DataError as exc:  # a value PostgreSQL refuses (e.g. NUL in JSON)
                 raise StoreError(f"PostgreSQL store {self.url!r} refused a value: "
@@ -373,8 +376,7 @@ class PostgresStore(NamedQueryReads):
                 deadline = deadline if deadline is not None else now + self.retry_for
                 if now >= deadline or self._closed:
                     raise StoreUnavailable(
-                        f"PostgreSQL store {self.url!r} unavailable for {self.retry_for:g}s: "
-                        f"{self._scrub(exc)}"
+                        f"PostgreSQL store {self.url!r} unavailable: {self._scrub(exc)}"
                     ) from None
                 log.warning("PostgreSQL store %s: %s; retrying in %.2fs", self.url,
                             self._scrub(exc), delay)
@@ -383,6 +385,17 @@ class PostgresStore(NamedQueryReads):
                     self.pool.check()
                 delay = min(delay * 2, 1.0)
                 retried = True
+
+    @contextmanager
+    def retries_within(self, seconds: float) -> Iterator[None]:
+        """This thread's calls give up after `seconds` from now (see taskfuse.store.bounded)."""
+        previous = getattr(self._bound, "until", None)
+        until = time.monotonic() + seconds
+        self._bound.until = until if previous is None else min(previous, until)
+        try:
+            yield
+        finally:
+            self._bound.until = previous
 
     def close(self) -> None:
         """Stop listening and close the pool; the store is unusable afterwards."""

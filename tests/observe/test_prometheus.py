@@ -161,11 +161,13 @@ def test_a_failing_store_is_a_gauge_not_a_failed_scrape(served, tmp_path) -> Non
     store = SQLiteStore(tmp_path / "tasks.db")
     runner, url = served(app, store=store, workers=1)
     assert scrape(url).value("taskfuse_store_up") == 1
+    answered = scrape(url).value("taskfuse_store_last_answer_timestamp_seconds")
     runner.shutdown(grace_s=1.0)
     store.close()  # the database is gone; the endpoint must still answer
     page = scrape(url)
     assert page.value("taskfuse_store_up") == 0
-    assert page.get("taskfuse_queue_depth") is None
+    assert page.value("taskfuse_queue_depth") == 0  # the last known value, and from when
+    assert page.value("taskfuse_store_last_answer_timestamp_seconds") >= answered
     assert page.value("taskfuse_worker_threads") == 1
 
 
