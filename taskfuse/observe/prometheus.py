@@ -310,9 +310,11 @@ class LimitsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         limits = self.runner.app.limits
-        workers = limits.workers
+        workers: float = self.runner.workers  # what runs, when the limits do not say
+        if "workers" in limits.model_fields_set:
+            workers = limits.workers if isinstance(limits.workers, int) else math.inf
         yield _gauge("taskfuse_workers_limit", "Worker threads the limits ask for (per "
-                     "process).", float(workers) if isinstance(workers, int) else math.inf)
+                     "process).", float(workers))
         task = GaugeMetricFamily("taskfuse_task_limit", "The task lifecycle's limits.",
                                  labels=["fuse"])
         for fuse, value in task_limits(limits).items():
