@@ -200,3 +200,19 @@ def test_sweep_takes_its_rules_from_the_file(tmp_path: Path, capsys) -> None:
         assert store.get(task.task_id).error_kind == "orphaned"
     finally:
         store.close()  # type: ignore[attr-defined]
+
+
+def test_submit_applies_the_files_batch_cap_and_kind_defaults(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "L.yaml"
+    path.write_text("kinds: {sync_sku: {timeout_s: 33, max_retry: 1}}\n"
+                    "batches: [{id: skus, cap: 4, priority: 2}]\n")
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    assert taskfuse_main(["submit", "--store", url, "--app", APP, "--limits", str(path),
+                          "--json", "sync_sku", "--batch", "skus"]) == 0
+    task = json.loads(capsys.readouterr().out)["task"]
+    assert (task["timeout"], task["max_retry"], task["priority"]) == (33, 1, 2)
+    store = open_store(url)
+    try:
+        assert store.get_batch("skus").cap == 4
+    finally:
+        store.close()  # type: ignore[attr-defined]
