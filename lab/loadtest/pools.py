@@ -113,8 +113,9 @@ class RealPool:
         except TaskError as exc:
             if exc.kind != POOL_TIMEOUT:
                 raise  # the task was told to stop while it waited
-            with self.stats.lock:
-                self.stats.timeouts += 1
+            if not self.closed.is_set():  # a refusal at shutdown is not a timeout
+                with self.stats.lock:
+                    self.stats.timeouts += 1
             raise PoolError(POOL_TIMEOUT, f"no connection from pool {self.name!r} within "
                                           f"{self.spec.acquire_timeout_s:g} s") from None
         try:
