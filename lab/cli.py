@@ -6,6 +6,7 @@
     lab sweep FILE --vary key.path=LIST|FROM..TO:STEP ... [--seeds N] [--jobs J]
                    [--metric PATH ...] [--out PREFIX] [--plot FILE.png]
     lab size FILE --vary ... [--slo 'PATH<=NUMBER' ...] (--maximize M | --minimize M)
+                  [--write-limits FILE]
     lab plot TRACE -o FILE.png [--vs OTHER_TRACE]
     lab loadtest FILE [--time-scale F] [--store URL] [--json] [--trace PATH | --no-trace]
     lab compare FILE [--time-scale F] [--tolerance X]
@@ -25,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -132,11 +134,15 @@ def _size_parser(sub: Any) -> None:
     p.add_argument("--no-file-slo", action="store_true",
                    help="ignore the scenario's own slo block (only --slo constraints)")
     p.add_argument("--json", action="store_true", help="print the answer as one JSON object")
+    p.add_argument("--write-limits", metavar="FILE", default=None,
+                   help="write the recommended limits to FILE (for taskfuse worker --limits); "
+                        "nothing is written when no point keeps the constraints")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         # Ctrl-C stops any command, however it was started; a load test stops on SIGTERM too
         with interruptible(sigterm=args.command in ("loadtest", "compare")):
@@ -338,6 +344,10 @@ def size_cmd(args: argparse.Namespace) -> int:
 
     if args.budget < 1:
         raise ScenarioError(f"--budget {args.budget!r}: expected at least 1 run")
+    target = Path(args.write_limits) if args.write_limits else None
+    if target is not None and not target.parent.is_dir():  # before a long search, not after
+        raise ScenarioError(f"--write-limits {target}: the directory "
+                            f"{str(target.parent)!r} does not exist")
     constraints = [parse_constraint(text) for text in args.slo]
     plan, skeleton, extra, store = _space(args)
     for c in constraints:
@@ -354,11 +364,30 @@ def size_cmd(args: argparse.Namespace) -> int:
         return _interrupted(store, evaluator.ran)
     finally:
         evaluator.executor.close()
+    written = _write_limits(result, target, args.argv) if result.best.feasible else None
     if args.json:
-        print(json.dumps(size.as_json(result, extra), indent=2))
+        answer = size.as_json(result, extra)
+        answer["limits_file"] = str(written) if written is not None else None
+        print(json.dumps(answer, indent=2))
     else:
         sys.stdout.write(size.render(result, extra))
+    if target is not None:
+        print(f"limits written to {written} (deploy: taskfuse worker --limits {written} ...)"
+              if written is not None else f"no limits written to {target}: no point keeps "
+              "every constraint", file=sys.stderr)
     return 0 if result.best.feasible else 1
+
+
+def _write_limits(result: Any, target: Path | None, argv: list[str]) -> Path | None:
+    """The recommended limits, written whole (or not at all) under their provenance."""
+    if target is None:
+        return None
+    from lab import size
+    from taskfuse.limits.files import write_limits
+
+    command = shlex.join(["lab", *argv])
+    write_limits(size.recommended_limits(result), target, size.limits_header(result, command))
+    return target
 
 
 def plot_cmd(args: argparse.Namespace) -> int:

@@ -26,6 +26,10 @@ seed, which is what says *which constraint binds*: a neighbour that would do bet
 breaks an SLO names that SLO; otherwise the report at the point names the saturated
 resource (a pool at its size with waits, a bulkhead at its limit, a provider answering 429,
 workers all busy).
+
+The answer can be deployed as it is: `recommended_limits` is the recommended point's
+scenario cut down to its limits (`Scenario.limits()`), which `--write-limits FILE` writes
+under a comment saying where it came from, for `taskfuse worker --limits FILE`.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.metrics_expr import Constraint, canonical
+from lab.scenario import Scenario, parse_scenario
 from lab.sweep import (
     Evaluator,
     Plan,
@@ -48,6 +53,7 @@ from lab.sweep import (
     show_value,
     summarize,
 )
+from taskfuse.limits.schema import Limits
 
 Index = tuple[int, ...]
 
@@ -494,3 +500,44 @@ def as_json(result: SizeResult, extra: Sequence[str] = ()) -> dict[str, Any]:
                         "better": n.better} for n in neighbours(result)],
         "apply": plan.apply_hint(result.best.point),
     }
+
+
+# -- deploying the answer ------------------------------------------------------------------
+
+
+def recommended_scenario(result: SizeResult) -> Scenario:
+    """The scenario at the recommended point: the file, its --set overrides, the values."""
+    job = result.plan.job(result.best.point, result.plan.seeds[0])
+    return parse_scenario(job.text, job.source, list(job.overrides))
+
+
+def recommended_limits(result: SizeResult) -> Limits:
+    """The deployable half of the recommended point (what `--write-limits` writes)."""
+    return recommended_scenario(result).limits()
+
+
+def limits_header(result: SizeResult, command: str) -> str:
+    """The comment heading a written limits file: where it came from and why these values.
+
+    Deterministic (no date, no host): the same command writes the same bytes.
+    """
+    plan, best = result.plan, result.best
+    seeds = plan.seeds
+    values = ", ".join(f"{a.key}={show_value(v)}" for a, v in zip(plan.axes, best.point,
+                                                                  strict=True))
+    score = summarize(best.reports, [result.goal.path])[result.goal.path]
+    kind, why = binds(result)
+    lines = [
+        f"Limits recommended by lab size for scenario {plan.scenario.name!r} "
+        f"({plan.source}).",
+        f"Recommended: {values}; {result.goal} = {fmt_stat(score)} (mean over seeds).",
+        "Kept on every seed: " + "; ".join(c.text for c in result.constraints) + ".",
+        f"Seeds: {', '.join(str(s) for s in seeds)}; search: {result.strategy}, "
+        f"{result.runs} runs.",
+        f"Binds: {kind} - {why}",
+        f"Produced by: {command}",
+        "Deploy: taskfuse worker --app MODULE:APP --store URL --limits THIS_FILE",
+    ]
+    if plan.overrides:
+        lines.insert(2, "With: " + " ".join(f"--set '{o}'" for o in plan.overrides))
+    return "\n".join(lines)

@@ -1,20 +1,22 @@
 """`taskfuse`: the operator's command — run workers, submit, look, cancel, sweep, inspect.
 
-    taskfuse worker  --store URL --app module:obj [--workers N] [--trace PATH]
-                     [--metrics-port P] [--log-json]
+    taskfuse worker  --store URL --app module:obj [--limits FILE] [--workers N]
+                     [--trace PATH] [--metrics-port P] [--log-json]
     taskfuse submit  --store URL KIND [--payload JSON] [--batch ID --cap N] [--key KEY]
-                     [--trace-id TRACE_ID_OR_TRACEPARENT]
+                     [--trace-id TRACE_ID_OR_TRACEPARENT] [--limits FILE]
     taskfuse status  --store URL [BATCH] [--json]
     taskfuse cancel  --store URL TASK_OR_BATCH
-    taskfuse sweep   --store URL [--every S] [--once]
+    taskfuse sweep   --store URL [--limits FILE] [--every S] [--once]
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
 
-`--store` defaults to $TASKFUSE_STORE and `--app` to $TASKFUSE_APP. Exit codes: 0 done,
-1 nothing to do (cancel of a finished task or batch) or an internal error, 2 a usage mistake
-(unknown store scheme, bad URL, unreachable database, unknown kind, bad JSON, unknown task),
-130 Ctrl-C (a worker or sweeper stops gracefully first; SIGTERM stops them with 0), 141 the
-reader of stdout went away. Mistakes print one line on stderr, credentials masked; `-v` adds
-the traceback.
+`--store` defaults to $TASKFUSE_STORE, `--app` to $TASKFUSE_APP and `--limits` to
+$TASKFUSE_LIMITS: a limits file (`lab size --write-limits`, `lab schema --limits`) whose
+values win over the app's own; a flag given on the command line wins over the file.
+Exit codes: 0 done, 1 nothing to do (cancel of a finished task or batch) or an internal
+error, 2 a usage mistake (unknown store scheme, bad URL, unreachable database, unknown kind,
+bad JSON, unknown task, a bad limits file), 130 Ctrl-C (a worker or sweeper stops
+gracefully first; SIGTERM stops them with 0), 141 the reader of stdout went away. Mistakes
+print one line on stderr, credentials masked; `-v` adds the traceback.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
+from taskfuse.configfile import ConfigError, located
 from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, derive_batch_status
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Batch, Task, TaskSpec
+from taskfuse.limits.files import read_limits_document
+from taskfuse.limits.schema import Limits
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 from taskfuse.store import describe_error, open_store, redact_text, redact_url
@@ -96,7 +101,7 @@ def _report(exc: Exception, verbose: bool) -> int:
 
 def user_error(exc: BaseException) -> str | None:
     """The one-line message for a mistake the user can fix, or None for a bug."""
-    if isinstance(exc, CliError | TaskfuseError):
+    if isinstance(exc, CliError | TaskfuseError | ConfigError):
         return str(exc)
     module = type(exc).__module__.split(".")[0]
     if module in ("sqlite3", "psycopg", "psycopg_pool"):
@@ -131,14 +136,17 @@ def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("worker", parents=[common], help="run task functions from the store")
     p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
                    help="module:object of the App with the task functions ($TASKFUSE_APP)")
-    p.add_argument("--workers", type=_positive_int, default=4, help="worker threads (4)")
+    _limits_arg(p)
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help="worker threads (the limits file's workers, else 4)")
     p.add_argument("--trace", help="write a trace file (follow it with `lab watch --follow`)")
     p.add_argument("--trace-interval", type=_positive_float, default=1.0, metavar="S",
                    help="seconds between timeline samples in the trace (1)")
     p.add_argument("--grace", type=_non_negative_float, default=30.0, metavar="S",
                    help="on SIGTERM/SIGINT, seconds running tasks get to finish (30)")
     p.add_argument("--lease", type=_positive_float, default=None, metavar="S",
-                   help=f"task lease renewed by heartbeats (app's, default {DEFAULT_LEASE_S:g})")
+                   help=f"task lease renewed by heartbeats (the limits' sweeper.lease_s, else "
+                        f"the app's, default {DEFAULT_LEASE_S:g})")
     p.add_argument("--id", dest="worker_id", help="worker id recorded on tasks (host:pid)")
     p.add_argument("--drain", action="store_true",
                    help="exit once no task is PENDING or RUNNING (a one-off batch run)")
@@ -169,6 +177,7 @@ def _add_submit(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
                    help="module:object: check the kind and use its registered defaults")
     p.add_argument("--json", action="store_true", help="print the task record as JSON")
+    _limits_arg(p, "apply its kinds' and batches' defaults and batch caps")
     p.set_defaults(func=cmd_submit)
 
 
@@ -188,14 +197,16 @@ def _add_cancel(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("sweep", parents=[common], help="run the orphan sweeper")
-    p.add_argument("--every", type=_positive_float, default=60.0, metavar="S",
-                   help="seconds between passes (60)")
+    _limits_arg(p, "the sweeper rules: sweeper.interval_s, lease_s, max_pending_age_s")
+    p.add_argument("--every", type=_positive_float, default=None, metavar="S",
+                   help="seconds between passes (the limits' sweeper.interval_s, else 60)")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE_S, metavar="S",
-                   help=f"a RUNNING task not renewed for this long is orphaned "
-                        f"({DEFAULT_LEASE_S:g}; must match the workers')")
+    p.add_argument("--lease", type=_positive_float, default=None, metavar="S",
+                   help=f"a RUNNING task not renewed for this long is orphaned (the limits' "
+                        f"sweeper.lease_s, else {DEFAULT_LEASE_S:g}; must match the workers')")
     p.add_argument("--max-pending-age", type=_positive_float, default=None, metavar="S",
-                   help="cancel PENDING tasks older than this (default: never)")
+                   help="cancel PENDING tasks older than this (the limits' "
+                        "sweeper.max_pending_age_s, else never)")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -207,6 +218,14 @@ def _add_inspect(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", help="also list the task's events from this trace file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_inspect)
+
+
+_WORKER_LIMITS = "workers, fuses, pools, policies; its values win over the app's"
+
+
+def _limits_arg(p: argparse.ArgumentParser, what: str = _WORKER_LIMITS) -> None:
+    p.add_argument("--limits", metavar="FILE", default=os.environ.get("TASKFUSE_LIMITS"),
+                   help=f"a limits file ($TASKFUSE_LIMITS): {what}")
 
 
 def _number(cast: Callable[[str], Any], low: float, strict: bool) -> Callable[[str], Any]:
@@ -263,6 +282,23 @@ def load_app(ref: str | None) -> App:
         found = "nothing" if app is None else type(app).__name__
         raise CliError(f"{ref!r} is not a taskfuse App (found {found})")
     return app
+
+
+def load_limits_arg(path: str | None, for_worker: bool = False) -> Limits | None:
+    """The limits file of `--limits` (None without one); every problem is one line.
+
+    A worker refuses `workers: unbounded`: that is the lab's open loop (a task starts the
+    moment it arrives), and a worker process runs a fixed number of threads.
+    """
+    if not path:
+        return None
+    doc, lines = read_limits_document(path)
+    limits = Limits.model_validate(doc)
+    if for_worker and limits.workers == "unbounded":
+        raise ConfigError(located(path, lines, ("workers",), "'unbounded' is the lab's open "
+                                  "loop; a worker runs a fixed number of threads: set a "
+                                  "number here, or pass --workers N"))
+    return limits
 
 
 def parse_payload(text: str | None) -> Any:
@@ -343,8 +379,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from taskfuse.runtime.threads import Runner
 
     app = load_app(args.app)
+    limits = load_limits_arg(args.limits, for_worker=args.workers is None)
+    if limits is not None:
+        app.configure(limits)
+    overrides: dict[str, Any] = {}
+    if args.workers is not None:
+        overrides["workers"] = args.workers
     if args.lease is not None:
-        app.config = dataclasses.replace(app.config, lease_s=args.lease)
+        overrides["sweeper"] = {"lease_s": args.lease}
+    if overrides:
+        app.configure(Limits.model_validate(overrides))
+    if args.workers is None and "workers" not in app.limits.model_fields_set:
+        app.configure(Limits(workers=4))  # the command's default when nothing says
+    workers = app.limits.workers
+    if not isinstance(workers, int):
+        raise CliError(f"{args.app}: workers 'unbounded' is the lab's open loop; a worker "
+                       "runs a fixed number of threads: pass --workers N")
     stop = threading.Event()
     signals: list[str] = []
 
@@ -355,7 +405,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         stop.set()
 
     with _logging(args, args.log_json), opened_store(args.store) as store:
-        runner = Runner(app, store, workers=args.workers, worker_id=args.worker_id,
+        runner = Runner(app, store, workers=workers, worker_id=args.worker_id,
                         trace=args.trace, trace_interval_s=args.trace_interval)
         server = _serve_metrics(runner, args)
         restore = _install_stop_handlers(first)
@@ -387,10 +437,12 @@ def _serve_metrics(runner: Runner, args: argparse.Namespace) -> MetricsServer | 
 
 def _run_worker(runner: Any, args: argparse.Namespace, stop: threading.Event) -> None:
     runner.start()
-    kinds = [f"{kind} [process]" if d.executor == "process" else kind
-             for kind, d in sorted(runner.app.tasks.items())]
-    log.info("worker %s started: %d threads on %s, kinds %s", runner.worker_id, args.workers,
+    kinds = [f"{kind} [process]" if runner.app.definition(kind).executor == "process"
+             else kind for kind in sorted(runner.app.tasks)]
+    log.info("worker %s started: %d threads on %s, kinds %s", runner.worker_id, runner.workers,
              redact_url(args.store), ", ".join(kinds) or "none")
+    source = f"from {args.limits}" if args.limits else "(no limits file)"
+    log.info("limits %s: %s", source, runner.app.describe())
     try:
         if args.drain:
             while not stop.is_set() and not runner.join(timeout=0.5):
@@ -412,27 +464,31 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.cap is not None and not args.batch:
         raise CliError("--cap needs --batch: the cap belongs to a batch")
     app = load_app(args.app) if args.app else App()
+    limits = load_limits_arg(args.limits)
+    if limits is not None:
+        app.configure(limits)
     fields: dict[str, Any] = {
         "idempotency_key": args.key, "depends_on": tuple(args.depends_on),
         "task_id": args.task_id, "trace_id": _caller_trace_id(args.trace_id),
-        "batch_id": args.batch,
     }
     for name in ("priority", "timeout", "max_retry"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     if args.app:
-        spec = app.spec(args.kind, payload, **fields)
+        spec = app.spec(args.kind, payload, batch_id=args.batch, **fields)
     else:
-        spec = TaskSpec(args.kind, payload, **fields)
+        spec = TaskSpec(args.kind, payload, batch_id=args.batch, **fields)
     with opened_store(args.store) as store:
         sched = app.scheduler(store)
         now = time.time()
-        task = sched.submit(spec, now)
+        [task] = app.submit_to(sched, [spec], now, args.batch)
         created = task.created_at == now
         if args.batch and created:
             # the batch only once its task is in: a known key answers with its task and
             # leaves no empty batch behind (one task alone cannot run past a cap)
-            store.put_batch(Batch(args.batch, args.cap, now))
+            limits = app.limits.batch(args.batch)
+            cap = args.cap if args.cap is not None else (limits.cap if limits else None)
+            store.put_batch(Batch(args.batch, cap, now))
     if args.json:
         _print_json({"created": created, "task": record_json(task)})
     elif created:
@@ -548,6 +604,12 @@ def _cancel_task(sched: Scheduler, task: Task, now: float, reason: str) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from taskfuse.runtime.sweeper import run_sweeper, sweeper_scheduler
 
+    limits = load_limits_arg(args.limits)
+    rules = limits.sweeper if limits is not None else None
+    every = _pick(args.every, rules and rules.interval_s, 60.0)
+    lease = args.lease if args.lease is not None else (
+        rules.lease_s if rules is not None else DEFAULT_LEASE_S)
+    max_age = _pick(args.max_pending_age, rules and rules.max_pending_age_s, None)
     stop = threading.Event()
     signals: list[str] = []
 
@@ -556,18 +618,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         stop.set()
 
     with _logging(args), opened_store(args.store) as store:
-        sched = sweeper_scheduler(store, lease_s=args.lease,
-                                  max_pending_age_s=args.max_pending_age)
+        sched = sweeper_scheduler(store, lease_s=lease, max_pending_age_s=max_age)
         restore = _install_stop_handlers(first)
         try:
             if not args.once:
-                log.info("sweeper started on %s: every %gs, lease %gs",
-                         redact_url(args.store), args.every, args.lease)
-            moved = run_sweeper(sched, every_s=args.every, once=args.once, stop=stop)
+                log.info("sweeper started on %s: every %gs, lease %s, max pending age %s",
+                         redact_url(args.store), every, _secs(lease), _secs(max_age))
+            moved = run_sweeper(sched, every_s=every, once=args.once, stop=stop)
         finally:
             restore()
     print(f"swept {moved} task(s)")
     return _exit_status(signals)
+
+
+def _pick(*values: Any) -> Any:
+    """The first value that is not None: the flag, then the limits file, then the default."""
+    return next((v for v in values if v is not None), None)
+
+
+def _secs(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}s"
 
 
 # -- inspect -------------------------------------------------------------------------------

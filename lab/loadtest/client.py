@@ -1,11 +1,13 @@
 """Task programs for real: work, DB queries and HTTP calls, inside the threaded runtime.
 
 A scenario's task program (work / db / call steps) becomes one task function registered
-for every kind. Each HTTP call goes through the runtime's own guard,
-`with ctx.downstream(name):` (breaker -> bulkhead -> token bucket, recorded on exit), with
-an httpx client that keeps a connection pool per downstream. Failed calls are retried by
-the client's RetryPolicy from the scenario (the core decides, this module only sleeps),
-while the task keeps holding whatever it holds — exactly what the simulator models.
+for every kind, written as any user's task code is: each HTTP call is
+`ctx.downstream(name).call(request)`, so the runtime applies the limits' client timeout,
+per-call retries with backoff and budget, breaker, bulkhead and token bucket, exactly as
+the simulator's client does, while the task keeps holding whatever it holds; each DB step
+takes its turn with `ctx.pool(name)` (the runtime's FIFO section of the pool's size) before
+it takes a real connection. Requests use an httpx client that keeps a connection pool per
+downstream.
 
 Every request carries the task's trace: a W3C `traceparent` header when the context offers
 `ctx.traceparent()`, else `X-Trace-Id`.
@@ -27,15 +29,14 @@ from lab.loadtest.pools import PoolError, RealPool
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
-from taskfuse.core.retry import ErrorKind, RetryPolicy, RetryThrottle
-from taskfuse.limits.build import call_retry
+from taskfuse.core.retry import ErrorKind
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
 
 ERROR_HEADER = "x-error-kind"
 
 
 class CallFailed(TaskError):
-    """One attempt's failure, raised inside the guard so the breaker counts it."""
+    """One attempt's failure: its kind is what the runtime's call loop records and judges."""
 
 
 class CallStats(CallCounters):
@@ -57,68 +58,54 @@ class CallStats(CallCounters):
             if not self.frozen:
                 super().received(error, latency)
 
+    def count(self, retried: bool, rejected: bool = False) -> None:
+        """A retry the client's policy decided (seen as its attempt), a breaker refusal."""
+        with self.lock:
+            if not self.frozen:
+                self.retries += retried
+                self.rejected += rejected
+
 
 class DownstreamClient:
-    """Calls to one emulated downstream: HTTP, the guard, the client's retry policy."""
+    """Requests to one emulated downstream, made through `ctx.downstream(name).call`."""
 
     def __init__(self, name: str, spec: DownstreamSpec, url: str, clock: Any,
-                 http: httpx.Client, seed: int, pause: Callable[[float], bool]) -> None:
+                 http: httpx.Client) -> None:
         self.name = name
         self.url = url
         self.clock = clock
         self.http = http
         self.timeout = spec.client.timeout_s
-        self.policy: RetryPolicy
-        self.budget: RetryThrottle | None
-        self.policy, self.budget = call_retry(spec.client)
-        self.rng = random.Random(f"{seed}:retry:{name}")
-        self.lock = threading.Lock()  # the policy's rng and the budget are not thread-safe
-        self.pause = pause
         self.stats = CallStats()
 
     def call(self, ctx: TaskContext) -> None:
-        """One logical call with its retries; raises TaskError with the final error kind."""
-        retry = 0
-        previous: float | None = None
-        while True:
-            if self.budget is not None and retry == 0:
-                with self.lock:
-                    self.budget.record_first(self.clock.elapsed())
-            error = self._attempt(ctx)
-            if self.budget is not None:
-                with self.lock:
-                    self.budget.record_outcome(self.clock.elapsed(), error is None)
-            if error is None:
-                return
-            with self.lock:
-                decision = self.policy.decide(retry, error, self.rng, previous, self.budget,
-                                              self.clock.elapsed())
-            if not decision.retry:
-                raise TaskError(error, f"{self.name}: {decision.reason}")
-            with self.stats.lock:
-                self.stats.retries += 1
-            retry += 1
-            previous = decision.delay
-            if decision.delay > 0 and self.pause(decision.delay):
-                raise TaskError(ErrorKind.CANCELED, "load test stopping")
+        """One logical call; the runtime retries it. Raises TaskError with the final kind.
 
-    def _attempt(self, ctx: TaskContext) -> str | None:
-        """One request through the guard; the error kind, or None on success."""
+        Counted as the simulator counts: every attempt sent, and a retry for every attempt
+        after the first (sent, or refused by an open breaker).
+        """
+        attempts = 0
+
+        def request(timeout: float | None = None) -> None:
+            nonlocal attempts
+            if attempts:
+                self.stats.count(retried=True)
+            attempts += 1
+            self.stats.sent(self.clock.now())
+            began = time.monotonic()
+            error = self._request(ctx)
+            latency = time.monotonic() - began
+            if error is None and timeout is not None and latency > timeout:
+                error = TIMEOUT  # answered after the client gave up: the runtime says so too
+            self.stats.received(error, self.clock.scenario(latency))
+            if error is not None:
+                raise CallFailed(error)
+
         try:
-            with ctx.downstream(self.name):
-                self.stats.sent(self.clock.now())
-                began = time.monotonic()
-                error = self._request(ctx)
-                self.stats.received(error, self.clock.scenario(time.monotonic() - began))
-                if error is not None:
-                    raise CallFailed(error)
-        except CallFailed as failed:
-            return failed.kind
+            ctx.downstream(self.name).call(request)
         except DownstreamRejected:
-            with self.stats.lock:
-                self.stats.rejected += 1
+            self.stats.count(retried=attempts > 0, rejected=True)
             raise
-        return None
 
     def _request(self, ctx: TaskContext) -> str | None:
         try:
@@ -205,7 +192,7 @@ class Programs:
     def _db(self, pool: RealPool, draw: Callable[[], float], whole: bool) -> Callable[..., None]:
         def db(ctx: TaskContext, held: list[tuple[RealPool, Any]]) -> None:
             try:
-                conn = pool.acquire()
+                conn = pool.acquire(ctx.pool(pool.name))  # a turn, then a connection
             except PoolError as exc:
                 raise TaskError(exc.kind, str(exc)) from None
             held.append((pool, conn))

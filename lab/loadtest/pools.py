@@ -6,9 +6,11 @@ behaviour, not the query planner, is what the scenario is about); on PostgreSQL 
 `SELECT pg_sleep(d)`, so the server holds the backend for exactly that long.
 
 What the pool answers a caller is the simulator's: a connection, `pool_timeout` after
-`acquire_timeout_s` of waiting, or `db_unavailable` inside an outage window. Waits are FIFO:
-the SQLite pool queues with the core's Bulkhead (a freed connection is handed straight to
-the oldest waiter), psycopg_pool queues its waiters in order as well.
+`acquire_timeout_s` of waiting, or `db_unavailable` inside an outage window. The queue is
+the runtime's own: a pool section (`taskfuse.runtime.pools`, sized by the scenario's pool)
+that tasks enter with `ctx.pool(name)` and business requests with a permit of the same
+section, one FIFO line for both (a freed turn goes straight to the oldest waiter); holding
+a turn, a caller always finds a free connection.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT
 from lab.scenario import Pool as PoolSpec
-from taskfuse.core.bulkhead import Bulkhead
+from taskfuse.runtime import PoolSection, TaskError
 from taskfuse.store import describe_error, redact_url
 
 #: URL parameters that configure the taskfuse store, not libpq: dropped for the pools.
@@ -52,7 +54,6 @@ class PoolStats:
         self.size = size
         self.in_use = 0
         self.max_in_use = 0
-        self.waiting = 0
         self.waits: list[float] = []
         self.timeouts = 0
         self.refused = 0
@@ -69,12 +70,11 @@ class PoolStats:
             self.in_use -= 1
 
 
-class _Waiter:
-    __slots__ = ("conn", "event")
+class Turn(Protocol):
+    """A turn of a pool section: a task's `ctx.pool(name)`, or a section's own permit."""
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.conn: Any = None
+    def acquire(self) -> object: ...  # raises TaskError(pool_timeout), or TaskCanceled
+    def release(self) -> None: ...
 
 
 class RealPool:
@@ -86,44 +86,71 @@ class RealPool:
         self.clock = clock
         self.stats = PoolStats(spec.size)
         self.closed = threading.Event()
+        self.section = PoolSection(name, spec.size, spec.acquire_timeout_s)
+        self._turns: dict[int, Turn] = {}  # id(conn) -> the turn it was taken with
+        self._turns_lock = threading.Lock()
+
+    def attach(self, section: PoolSection) -> None:
+        """Queue in the runtime's section of this pool (before any use), so tasks and
+        business requests wait in one FIFO line, as they do in the simulated pool."""
+        self.section = section
 
     def down(self) -> bool:
         now = self.clock.elapsed()
         return any(w.start_s <= now < w.end_s for w in self.spec.outages)
 
-    def acquire(self) -> Any:
-        """A connection, or PoolError(db_unavailable | pool_timeout)."""
+    def acquire(self, turn: Turn | None = None) -> Any:
+        """A connection after a turn (`turn`, else a permit of the section's own), or
+        PoolError(db_unavailable | pool_timeout)."""
         if self.down():
             with self.stats.lock:
                 self.stats.refused += 1
             raise PoolError(DB_UNAVAILABLE, f"database of pool {self.name!r} is down")
+        turn = turn if turn is not None else self.section.permit()
         began = time.monotonic()
-        conn = self._acquire(self.spec.acquire_timeout_s)
-        if conn is None:
-            with self.stats.lock:
-                self.stats.timeouts += 1
+        try:
+            turn.acquire()
+        except TaskError as exc:
+            if exc.kind != POOL_TIMEOUT:
+                raise  # the task was told to stop while it waited
+            if not self.closed.is_set():  # a refusal at shutdown is not a timeout
+                with self.stats.lock:
+                    self.stats.timeouts += 1
             raise PoolError(POOL_TIMEOUT, f"no connection from pool {self.name!r} within "
-                                          f"{self.spec.acquire_timeout_s:g} s")
+                                          f"{self.spec.acquire_timeout_s:g} s") from None
+        try:
+            conn = self._take()
+        except BaseException:
+            turn.release()
+            raise
+        with self._turns_lock:
+            self._turns[id(conn)] = turn
         self.stats.granted(self.clock.scenario(time.monotonic() - began))
         return conn
 
     def release(self, conn: Any) -> None:
+        """Give the connection back, then the turn it was taken with."""
         self.stats.released()
-        self._release(conn)
+        with self._turns_lock:
+            turn = self._turns.pop(id(conn))
+        self._put(conn)
+        turn.release()
 
     def hold(self, conn: Any, seconds: float, pause: Callable[[float], object]) -> None:
         """Run a real query and keep the connection busy for `seconds` in all."""
         raise NotImplementedError
 
-    def _acquire(self, timeout: float) -> Any:
+    def _take(self) -> Any:
+        """A free connection (a turn is held, so there is one)."""
         raise NotImplementedError
 
-    def _release(self, conn: Any) -> None:
+    def _put(self, conn: Any) -> None:
         raise NotImplementedError
 
     def interrupt(self) -> None:
         """Stop handing out connections: current and later waits fail at once (shutdown)."""
         self.closed.set()
+        self.section.close()
 
     def close(self) -> None:
         self.closed.set()
@@ -134,11 +161,11 @@ class RealPool:
 
     @property
     def waiting(self) -> int:
-        return self.stats.waiting
+        return self.section.waiting
 
 
 class SQLitePool(RealPool):
-    """N sqlite3 connections to one file, handed out FIFO (the core's Bulkhead)."""
+    """N sqlite3 connections to one file; the section's FIFO decides who gets one."""
 
     def __init__(self, name: str, spec: PoolSpec, clock: Clock, path: Path) -> None:
         super().__init__(name, spec, clock)
@@ -147,40 +174,14 @@ class SQLitePool(RealPool):
                      for _ in range(spec.size)]
         self._free = list(self._all)
         self._lock = threading.Lock()
-        self._gate: Bulkhead[_Waiter] = Bulkhead(spec.size, name)
-        self._waiters: set[_Waiter] = set()
 
-    def _acquire(self, timeout: float) -> Any:
-        waiter = _Waiter()
+    def _take(self) -> Any:
         with self._lock:
-            if self.closed.is_set():
-                return None
-            if self._gate.try_acquire(waiter):
-                return self._free.pop()
-            self.stats.waiting += 1
-            self._waiters.add(waiter)
-        waiter.event.wait(timeout)
-        with self._lock:
-            self.stats.waiting -= 1
-            self._waiters.discard(waiter)
-            if waiter.conn is None:  # timed out (or interrupted): leave the queue
-                self._gate.cancel(waiter)
-            return waiter.conn
+            return self._free.pop()
 
-    def interrupt(self) -> None:
+    def _put(self, conn: Any) -> None:
         with self._lock:
-            super().interrupt()
-            for waiter in self._waiters:
-                waiter.event.set()
-
-    def _release(self, conn: Any) -> None:
-        with self._lock:
-            nxt = self._gate.release()
-            if nxt is None:
-                self._free.append(conn)
-                return
-            nxt.conn = conn
-            nxt.event.set()
+            self._free.append(conn)
 
     def hold(self, conn: Any, seconds: float, pause: Callable[[float], object]) -> None:
         began = time.monotonic()
@@ -223,20 +224,15 @@ class PostgresPool(RealPool):
             raise PoolError(DB_UNAVAILABLE, f"pool {name!r}: no {spec.size} connections to "
                                             f"{redact_url(url)} within 10 s") from None
 
-    def _acquire(self, timeout: float) -> Any:
+    def _take(self) -> Any:
         from psycopg_pool import PoolClosed, PoolTimeout, TooManyRequests
 
-        with self.stats.lock:
-            self.stats.waiting += 1
-        try:
-            return self._pool.getconn(timeout=timeout)
+        try:  # a turn is held, so a connection is free: the timeout is only a net
+            return self._pool.getconn(timeout=self.spec.acquire_timeout_s)
         except (PoolTimeout, TooManyRequests, PoolClosed):
-            return None
-        finally:
-            with self.stats.lock:
-                self.stats.waiting -= 1
+            raise PoolError(POOL_TIMEOUT, f"pool {self.name!r} is closed") from None
 
-    def _release(self, conn: Any) -> None:
+    def _put(self, conn: Any) -> None:
         self._pool.putconn(conn)  # after interrupt() the closed pool closes it
 
     def interrupt(self) -> None:

@@ -4,9 +4,10 @@ The order of a run, and why:
 
 1. scale the scenario by F (scale.py): every real wait uses the scaled file;
 2. start the emulated downstreams (a child process), open the real pools and the store,
-   build the runtime (an App whose scheduler carries the scenario's guards, retry policy
-   and budget), the business load and the trace — each registered on one ExitStack, so
-   Ctrl-C, an error or the normal end stops all of them, in reverse order;
+   build the runtime through its public path only (an App from the scenario's limits,
+   as `taskfuse worker --limits` builds one; task code calls `ctx.downstream(name).call`
+   and `ctx.pool(name)`), the business load and the trace — each registered on one
+   ExitStack, so Ctrl-C, an error or the normal end stops all of them, in reverse order;
 3. start: time zero goes to the servers (their outage windows count from it), then the
    workers, the arrival threads (one per batch), the business load, the sampler;
 4. wait until every batch has arrived and no task is PENDING or RUNNING (or the horizon);
@@ -44,14 +45,11 @@ from lab.scenario import BatchSpec, Scenario, ScenarioError
 from lab.timeline import TimelineRecorder, header, series_names
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
-from taskfuse.core.scheduler import Scheduler, SchedulerConfig
 from taskfuse.core.states import TERMINAL, TaskStatus
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import TaskSpec
-from taskfuse.limits.build import alert_rules, build_scheduler, retry_policy, running_limit
+from taskfuse.limits.build import alert_rules, running_limit, whole_fleet
 from taskfuse.runtime import App, Runner
-from taskfuse.runtime.app import new_task_id
-from taskfuse.runtime.errors import RUNTIME_FATAL
 from taskfuse.store import open_store, redact_url
 from taskfuse.store.memory import MemoryStore
 from taskfuse.trace import TraceWriter, compact
@@ -87,30 +85,6 @@ def run_loadtest(scenario: Scenario, *, time_scale: float = 1.0, store_url: str 
     """
     return LoadTest(scenario, time_scale=time_scale, store_url=store_url, trace=trace,
                     seed=seed, progress=progress, announce=announce).run()
-
-
-# -- the runtime's side: an App whose scheduler carries the scenario's fuses ---------------
-
-
-class ScenarioApp(App):
-    """An App configured from a (scaled) scenario's limits, through the same builder as the
-    simulator: retry policy and budget, timeouts, and every downstream's guard whole (the
-    lab simulates the fleet as one pool of workers, and a load test is one process)."""
-
-    def __init__(self, scenario: Scenario, seed: int) -> None:
-        self.limits = scenario.limits()
-        super().__init__(scenario.name, policy=retry_policy(self.limits.retry),
-                         default_timeout=scenario.task_timeout_s,
-                         lease_s=scenario.sweeper.lease_s,
-                         max_pending_age_s=scenario.sweeper.max_pending_age_s)
-        self.seed = seed
-
-    def scheduler(self, store: Store, *, sinks: Any = (), now: float = 0.0,
-                  rng: random.Random | None = None,
-                  config: SchedulerConfig | None = None) -> Scheduler:
-        return build_scheduler(self.limits, store, now=now,
-                               rng=rng or random.Random(f"{self.seed}:scheduler"), sinks=sinks,
-                               ids=new_task_id, whole_fleet=True, extra_fatal=RUNTIME_FATAL)
 
 
 # -- events: the runtime's wall clock in, scenario seconds out -----------------------------
@@ -201,10 +175,15 @@ class LoadTest:
         self.store = stack.enter_context(_task_store(self.store_url))
         self.clients = self._clients(stack)
         self.programs = Programs(self.pools, self.clients, self.clock, self.seed, self.pause)
-        self.app = ScenarioApp(self.scaled, self.seed)
+        # One process runs the whole fleet here, so every limit is built whole (as the
+        # simulator builds it); the seed makes trace ids and jitter the simulator's.
+        self.app = App.from_limits(whole_fleet(self.scaled.limits()), self.scaled.name,
+                                   seed=self.seed)
         self.makers = [self._task_factory(batch) for batch in self.scaled.batches]
         self.runner = Runner(self.app, self.store, workers=self.workers, worker_id="loadtest",
-                             sinks=[self.sink], watchdog_s=self.scaled.watchdog_interval_s)
+                             sinks=[self.sink])
+        for name, pool in self.pools.items():  # the runtime's FIFO section is each pool's queue
+            pool.attach(self.runner.pools[name])
         self.business = self._business()
         self.alerts = _alerts(self.sc, self.metrics, self.sink.scenario_event)
         self.view = make_view(
@@ -221,7 +200,7 @@ class LoadTest:
         for name, spec in self.scaled.downstreams.items():
             http = stack.enter_context(httpx.Client(limits=limits, trust_env=False))
             clients[name] = DownstreamClient(name, spec, self.servers.url(name), self.clock,
-                                             http, self.seed, self.pause)
+                                             http)
         return clients
 
     def _business(self) -> BusinessLoad | None:

@@ -102,7 +102,7 @@ class PoolView:
 
     @property
     def waiting(self) -> int:
-        return self._pool.stats.waiting
+        return self._pool.waiting
 
 
 class StoreView:

@@ -110,6 +110,17 @@ def build_guard(name: str, client: ClientLimits, now: float, *, whole_fleet: boo
     return Guard(name, bulkhead=bulkhead, bucket=bucket, breaker=breaker, adaptive=adaptive)
 
 
+def whole_fleet(limits: Limits) -> Limits:
+    """The limits as one process running the whole fleet would hold them: every downstream
+    limit whole and in-process (scope process, one instance). The lab's reading of a file
+    (`build_guard(..., whole_fleet=True)`), for a runtime that stands for the whole fleet,
+    such as the load test."""
+    clients = {name: ds.model_copy(update={"client": ds.client.model_copy(
+                   update={"scope": "process", "instances": 1})})
+               for name, ds in limits.downstreams.items()}
+    return limits.model_copy(update={"downstreams": clients})
+
+
 def call_retry(client: ClientLimits) -> tuple[RetryPolicy, RetryThrottle | None]:
     """The per-call retry policy of a downstream and its (fresh) budget."""
     return retry_policy(client.retry), retry_budget(client.retry.budget)

@@ -20,7 +20,12 @@ Two kinds of numbers, because a fleet of worker processes shares one store:
   p99 is computed), retries by error kind, breaker-open deferrals, and per downstream:
   calls, errors by kind, HTTP 429s, permit waits, breaker transitions. Fuses are per
   process too, so their gauges (breaker state, bulkhead in use / limit / waiting, tokens)
-  are read from this runner's guards at scrape time.
+  are read from this runner's guards at scrape time, as are its pool sections and the
+  per-call retries its call clients decided.
+* **The limits it runs with** (`taskfuse_limit{downstream,fuse}`, `taskfuse_pool_limit`,
+  `taskfuse_task_limit`, `taskfuse_workers_limit`): the configured values of its limits
+  file (or of the app's code), so a dashboard can show a measured value against the limit
+  the lab sized, and an operator can check what a worker really loaded.
 
 A duration is started_at to the move that ended the task, as the core's MetricsAggregator
 measures it; a task whose start this process did not see (its attempt ran elsewhere and
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import threading
 import time
@@ -41,13 +47,20 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from taskfuse.core.breaker import BreakerState
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import NO_BATCH
 from taskfuse.core.states import TERMINAL, TaskStatus
+from taskfuse.limits.build import heartbeat_interval
+from taskfuse.limits.schema import ClientLimits, Limits
 from taskfuse.store.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -125,6 +138,7 @@ class WorkerMetrics:
         self._declare(buckets)
         self.registry.register(StoreCollector(runner))
         self.registry.register(GuardCollector(runner))
+        self.registry.register(LimitsCollector(runner))
         runner.scheduler.emit.add(self)
 
     def _declare(self, buckets: Sequence[float]) -> None:
@@ -321,6 +335,107 @@ class GuardCollector(Collector):
         yield _gauge("taskfuse_worker_busy_threads", "Tasks this process is running now.", busy)
         yield from _stuck_families(stuck)
         yield from families
+        yield from _pool_families(runner)
+        retries = CounterMetricFamily("taskfuse_downstream_call_retries", "Attempts of "
+                                      "ctx.downstream().call retried by the client's policy.",
+                                      labels=["downstream"])
+        for name, client in sorted(runner.clients.items()):
+            retries.add_metric([name], client.retries)
+        yield retries
+
+
+def _pool_families(runner: Runner) -> list[Metric]:
+    """Each pool section of this process: permits held, callers waiting, timeouts."""
+    in_use = _labelled("taskfuse_pool_in_use", "Permits of the pool section held.", "pool")
+    waiting = _labelled("taskfuse_pool_waiting", "Callers queued for a permit.", "pool")
+    timeouts = CounterMetricFamily("taskfuse_pool_timeouts", "Waits for a permit that "
+                                   "ended in pool_timeout.", labels=["pool"])
+    for name, section in sorted(runner.pools.items()):
+        in_use.add_metric([name], section.in_use)
+        waiting.add_metric([name], section.waiting)
+        timeouts.add_metric([name], section.timeouts)
+    return [in_use, waiting, timeouts]
+
+
+class LimitsCollector(Collector):
+    """The limits this worker runs with, as configured (see the module doc)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        limits = self.runner.app.limits
+        workers: float = self.runner.workers  # what runs, when the limits do not say
+        if "workers" in limits.model_fields_set:
+            workers = limits.workers if isinstance(limits.workers, int) else math.inf
+        yield _gauge("taskfuse_workers_limit", "Worker threads the limits ask for (per "
+                     "process).", float(workers))
+        task = GaugeMetricFamily("taskfuse_task_limit", "The task lifecycle's limits.",
+                                 labels=["fuse"])
+        for fuse, value in task_limits(limits).items():
+            task.add_metric([fuse], value)
+        yield task
+        ds = GaugeMetricFamily("taskfuse_limit", "A downstream's configured fuse: bulkhead, "
+                               "rate, burst, timeout_s, call_max_retry, ...",
+                               labels=["downstream", "fuse"])
+        for name, downstream in sorted(limits.downstreams.items()):
+            for fuse, value in client_limits(downstream.client).items():
+                ds.add_metric([name, fuse], value)
+        yield ds
+        pools = GaugeMetricFamily("taskfuse_pool_limit", "A pool section's configured size "
+                                  "and acquire timeout.", labels=["pool", "fuse"])
+        for name, pool in sorted(limits.pools.items()):
+            pools.add_metric([name, "size"], pool.size)
+            pools.add_metric([name, "acquire_timeout_s"], pool.acquire_timeout_s)
+        yield pools
+        batches = GaugeMetricFamily("taskfuse_batch_limit", "A batch's configured cap.",
+                                    labels=["batch", "fuse"])
+        for batch in limits.batches:
+            if batch.cap is not None:
+                batches.add_metric([batch.id, "cap"], batch.cap)
+        yield batches
+
+
+def task_limits(limits: Limits) -> dict[str, float]:
+    """The task lifecycle's limits as numbers (the `fuse` label of taskfuse_task_limit)."""
+    out = {"timeout_s": limits.task_timeout_s, "max_retry": float(limits.retry.max_retry),
+           "watchdog_interval_s": limits.watchdog_interval_s,
+           "sweeper_interval_s": limits.sweeper.interval_s}
+    if limits.sweeper.lease_s is not None:
+        out["lease_s"] = limits.sweeper.lease_s
+        out["heartbeat_s"] = heartbeat_interval(limits)
+    if limits.sweeper.max_pending_age_s is not None:
+        out["max_pending_age_s"] = limits.sweeper.max_pending_age_s
+    return out
+
+
+def client_limits(client: ClientLimits) -> dict[str, float]:
+    """A downstream's configured fuses as numbers (the `fuse` label of taskfuse_limit).
+
+    Whole values, as in the file; with `instances: N` this process runs its share of them
+    (the built share is `taskfuse_downstream_bulkhead_limit`).
+    """
+    out: dict[str, float] = {}
+    if client.bulkhead is not None:
+        out["bulkhead"] = client.bulkhead
+    if client.adaptive is not None:
+        out["adaptive_min"] = client.adaptive.min
+        out["adaptive_max"] = client.adaptive.max
+    if client.rate_limit is not None:
+        out["rate"] = client.rate_limit.rate
+        out["burst"] = client.rate_limit.burst
+    if client.timeout_s is not None:
+        out["timeout_s"] = client.timeout_s
+    out["call_max_retry"] = client.retry.max_retry
+    if client.breaker is not None:
+        out["breaker_failure_rate"] = client.breaker.failure_rate
+        out["breaker_open_wait_s"] = client.breaker.open_wait_s
+    if client.scope == "process" and client.instances > 1:
+        out["instances"] = client.instances
+    return out
 
 
 def _stuck_families(stuck: list[dict[str, object]]) -> Iterator[Metric]:
@@ -369,8 +484,8 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
-def _labelled(name: str, doc: str) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=["downstream"])
+def _labelled(name: str, doc: str, label: str = "downstream") -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=[label])
 
 
 class MetricsServer:
@@ -417,6 +532,7 @@ def serve_runner(runner: Runner, port: int, addr: str = "0.0.0.0") -> MetricsSer
 __all__ = [
     "DURATION_BUCKETS",
     "GuardCollector",
+    "LimitsCollector",
     "MetricsServer",
     "StoreCollector",
     "WorkerMetrics",

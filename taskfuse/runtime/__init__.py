@@ -11,9 +11,14 @@
     with Runner(app, open_store("sqlite:///tasks.db"), workers=10) as runner:
         runner.submit("sync_sku", {"sku": "A1"})
         runner.join()
+
+An App takes its limits from a limits file (`App.from_limits(load_limits(path))`, or
+`app.configure(...)`), the same file the lab sizes; task code keeps only the call:
+`ctx.downstream("partner").call(fn, ...)` and `with ctx.pool("batch"): ...`.
 """
 
-from taskfuse.runtime.app import DEFAULT_LEASE_S, App, DownstreamConfig, TaskDef
+from taskfuse.runtime.app import DEFAULT_LEASE_S, App, TaskDef
+from taskfuse.runtime.calls import CallFailed, error_kind
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.errors import (
     DownstreamRejected,
@@ -24,13 +29,16 @@ from taskfuse.runtime.errors import (
     UnknownKind,
     outcome_of,
 )
+from taskfuse.runtime.pools import POOL_TIMEOUT, PoolSection
 from taskfuse.runtime.threads import Runner, RunnerStats
 
 __all__ = [
     "DEFAULT_LEASE_S",
+    "POOL_TIMEOUT",
     "App",
-    "DownstreamConfig",
+    "CallFailed",
     "DownstreamRejected",
+    "PoolSection",
     "Runner",
     "RunnerStats",
     "RuntimeConfigError",
@@ -40,5 +48,6 @@ __all__ = [
     "TaskError",
     "UnknownDownstream",
     "UnknownKind",
+    "error_kind",
     "outcome_of",
 ]

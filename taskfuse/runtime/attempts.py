@@ -15,7 +15,7 @@ thread no longer counts as capacity, and the runner may start a replacement (up 
 bound). When that thread finally returns, it retires if the pool is full again.
 
 One lock (`mu`) guards all of it; it is never held across a store call or user code, and
-never taken while the runner's fuse lock is held (lock order: mu, then the fuse lock).
+the runner's fuse lock is never taken while it is held (lock order: the fuse lock, then mu).
 """
 
 from __future__ import annotations
@@ -87,8 +87,11 @@ class Attempts:
         return len(self.running) - len(self.stuck)
 
     def want(self) -> int:
-        """How many more attempts a claim may take now: free threads plus the prefetch."""
-        return self.live_threads + self.prefetch_now() - len(self.buffer) - self.busy()
+        """How many more attempts a claim may take now: free threads plus the prefetch. A
+        thread's slot is free once its outcome is committed (the store still counts the task
+        RUNNING until then, for batch caps too); the prefetch hides that round trip."""
+        held = len(self.buffer) + self.busy() + len(self.committing)
+        return self.live_threads + self.prefetch_now() - held
 
     def prefetch_now(self) -> int:
         """The prefetch the tasks' run times allow: claimed-but-waiting tasks wait about

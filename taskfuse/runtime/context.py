@@ -8,6 +8,10 @@ as a W3C `traceparent` header (`http_headers()`)::
     with ctx.downstream("partner"):      # breaker -> bulkhead -> token bucket, then the call
         response = session.get(url, headers=ctx.http_headers())
 
+    ctx.downstream("partner").call(session.get, url)   # ... plus timeout and call retries
+    with ctx.pool("batch"):                             # one turn of a connection-limited section
+        ...
+
 The context never decides anything: it asks the runner's Scheduler and guards (under the
 runner's lock) and does the waiting itself, outside the lock.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +39,7 @@ from taskfuse.store import StoreUnavailable, bounded
 
 if TYPE_CHECKING:
     from taskfuse.runtime.fleet import FleetLimits
+    from taskfuse.runtime.pools import PoolPermit
     from taskfuse.runtime.threads import Runner
     from taskfuse.store.limits import Permit
 
@@ -213,11 +218,18 @@ class TaskContext:
         return ok
 
     def downstream(self, name: str) -> DownstreamCall:
-        """A context manager guarding one call to downstream `name` with its fuses."""
+        """Downstream `name`: `.call(fn, ...)` with the client's whole policy (timeout,
+        retries, budget: taskfuse.runtime.calls), or a context manager of its fuses only."""
         guard = self._runner.scheduler.guards.get(name)
         if guard is None:
             raise UnknownDownstream(name, list(self._runner.scheduler.guards))
         return DownstreamCall(self, guard)
+
+    def pool(self, name: str) -> PoolPermit:
+        """A context manager holding one permit of pool section `name` (runtime.pools)."""
+        from taskfuse.runtime.pools import PoolPermit
+
+        return PoolPermit(self, name)
 
 
 class _Permit:
@@ -248,6 +260,13 @@ class DownstreamCall:
         self._fleet: FleetLimits | None = ctx._runner.fleet.get(guard.name)
         self._fleet_permit: Permit | None = None
 
+    def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` as one logical call: timeout, retries, budget and the fuses
+        of every attempt, as the simulator's client applies them (taskfuse.runtime.calls)."""
+        from taskfuse.runtime.calls import call
+
+        return call(self._ctx, self._guard, fn, args, kwargs)
+
     def __enter__(self) -> DownstreamCall:
         runner, guard, permit = self._ctx._runner, self._guard, self._permit
         with runner.lock:
@@ -269,7 +288,7 @@ class DownstreamCall:
                 with runner.lock:
                     self._give_back(queued=False)
                 raise
-        self._start = time.monotonic()
+        self._start = runner.waits.now()
         return self
 
     def _enter_fleet(self, fleet: FleetLimits) -> None:
@@ -339,7 +358,7 @@ class DownstreamCall:
 
     def _pace(self, wait: float) -> None:
         ctx = self._ctx
-        if ctx.wait_stop(wait):
+        if ctx._runner.waits.pause(ctx, wait):
             with ctx._runner.lock:
                 self._give_back(queued=False)
             raise TaskCanceled(f"stopped while pacing for downstream {self._guard.name!r}")
@@ -364,11 +383,11 @@ class DownstreamCall:
         `latency` is measured here unless given: a call made from a task process is
         admitted here but timed there, so the fuses see the call, not the pipe.
         """
+        runner = self._ctx._runner
         if latency is None:
-            latency = time.monotonic() - self._start
+            latency = runner.waits.now() - self._start
         ok = error_kind is None
         self._release_fleet()
-        runner = self._ctx._runner
         with runner.lock:
             now = runner.clock()
             breaker = self._guard.breaker

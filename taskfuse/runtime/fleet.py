@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from taskfuse.runtime.errors import RuntimeConfigError
 
 if TYPE_CHECKING:
-    from taskfuse.runtime.app import DownstreamConfig
+    from taskfuse.limits.schema import ClientLimits
     from taskfuse.store.limits import FleetBulkhead, FleetRateLimiter, Permit
 
 #: Longest single wait for a fleet permit before the waiter looks at its stop signal again.
@@ -97,24 +97,25 @@ class FleetLimits:
         return lost
 
 
-def build_fleet(config: DownstreamConfig, store: Any) -> FleetLimits:
-    """The fleet fuses of a downstream on `store`; a clear one-line error if it cannot hold them."""
+def build_fleet(name: str, client: ClientLimits, store: Any) -> FleetLimits:
+    """The fleet fuses of downstream `name` on `store`, from its client limits (scope
+    fleet); a clear one-line error if the store cannot hold them."""
     from taskfuse.store.postgres import PostgresStore
 
     if not isinstance(store, PostgresStore):
         raise RuntimeConfigError(
-            f"downstream {config.name!r} has scope='fleet', which needs a PostgreSQL store "
+            f"downstream {name!r} has scope='fleet', which needs a PostgreSQL store "
             f"(postgresql://...), not {type(store).__name__}; use scope='process' with "
             f"instances=N for a per-process share instead"
         )
     from taskfuse.store.limits import FleetBulkhead, FleetRateLimiter
 
     bulkhead = None
-    if config.bulkhead is not None:
-        bulkhead = FleetBulkhead(store, f"downstream:{config.name}", config.bulkhead,
-                                 lease_s=config.lease_s)
+    if client.bulkhead is not None:
+        bulkhead = FleetBulkhead(store, f"downstream:{name}", client.bulkhead,
+                                 lease_s=client.lease_s)
     bucket = None
-    if config.rate is not None:
-        bucket = FleetRateLimiter(store, f"downstream:{config.name}", config.rate,
-                                  config.burst or 1.0)
-    return FleetLimits(config.name, bulkhead, bucket)
+    if client.rate_limit is not None:
+        bucket = FleetRateLimiter(store, f"downstream:{name}", client.rate_limit.rate,
+                                  client.rate_limit.burst)
+    return FleetLimits(name, bulkhead, bucket)

@@ -29,7 +29,7 @@ breakers) and the DownstreamCall's admissions hold it, briefly, and never across
 call or user code. A MemoryStore is shared through `LockedStore` under the same lock; a
 durable store needs none, so the database round trips of the claimer, the completer, the
 watchdog and the task threads overlap. The runner's own bookkeeping (`Attempts`) has its
-lock `attempts.mu`; it may be held when taking `lock`, never the other way round. Events
+lock `attempts.mu`, taken inside `lock` at most, never around it. Events
 reach the sinks one at a time under a lock of their own.
 
 Stopping a running task is cooperative: a cancel, a timeout, a lost lease or a release at
@@ -63,9 +63,11 @@ from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.app import App
 from taskfuse.runtime.attempts import AttemptKey, Attempts, Stuck, key_of
+from taskfuse.runtime.calls import REAL_WAITS, CallClient, Waits
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.errors import RESULT_ERROR, attempt_failure
 from taskfuse.runtime.fleet import FleetLimits
+from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import ProcessPool
 from taskfuse.store import StoreError, StoreUnavailable, bounded
 from taskfuse.store.memory import LockedStore, MemoryStore
@@ -118,11 +120,12 @@ class Runner:
         worker_id: str | None = None,
         sinks: Iterable[EventSink] = (),
         poll_s: float | None = None,
-        watchdog_s: float = 1.0,
+        watchdog_s: float | None = None,
         heartbeat_s: float | None = None,
         trace: str | os.PathLike[str] | None = None,
         trace_interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        waits: Waits = REAL_WAITS,
         prefetch: int | None = None,
         group_wait_s: float = 0.002,
         stuck_after_s: float = 1.0,
@@ -143,6 +146,11 @@ class Runner:
         self.fleet: dict[str, FleetLimits] = app.fleet_limits(store)
         self.scheduler: Scheduler = app.scheduler(self.store, sinks=sinks, now=clock())
         self.scheduler.serialize(self.lock, threading.Lock())
+        #: This runner's per-call clients and pool sections (ctx.downstream().call, ctx.pool),
+        #: and how the call path measures and waits (a fake clock in tests).
+        self.clients: dict[str, CallClient] = app.call_clients()
+        self.pools: dict[str, PoolSection] = app.pool_sections()
+        self.waits = waits
         self.stats = RunnerStats()
         if prefetch is None:  # short tasks: enough to hide a claim's round trip; long ones:
             prefetch = min(_MAX_GROUP, _PREFETCH_PER_THREAD * workers)  # see Attempts.load
@@ -156,12 +164,8 @@ class Runner:
         if poll_s is None and not self._local:
             poll_s = _LISTEN_BOUND_S if self._listen else _POLL_S
         self._poll_s = poll_s
-        self._watchdog_s = watchdog_s
-        lease = app.config.lease_s
-        self._heartbeat_s = heartbeat_s or (lease / 3 if lease else 10.0)
-        for ds in app.downstreams.values():  # held fleet permits are renewed by the heartbeat
-            if ds.fleet:
-                self._heartbeat_s = min(self._heartbeat_s, ds.lease_s / 3)
+        self._watchdog_s = watchdog_s or app.limits.watchdog_interval_s
+        self._heartbeat_s = heartbeat_s or app.heartbeat_s  # leases and fleet permits
         self._trace_path = Path(trace) if trace is not None else None
         self._trace_interval_s = trace_interval_s
         self._tracer: Any = None
@@ -336,25 +340,27 @@ class Runner:
     def submit(self, kind: str, payload: Any = None, **fields: Any) -> Task:
         """Submit one task of a registered kind; a duplicate idempotency_key returns the old."""
         spec = self.app.spec(kind, payload, **fields)
-        task = self.scheduler.submit(spec, self.clock())
+        [task] = self.app.submit_to(self.scheduler, [spec], self.clock())
         self._claim_wake.set()
         return task
 
     def submit_many(self, specs: Sequence[TaskSpec], batch_id: str | None = None) -> list[Task]:
-        """Submit tasks at once (they may form a DAG); all or nothing."""
+        """Submit tasks at once (they may form a DAG); all or nothing. A batch named in the
+        app's limits gets its cap and defaults (App.submit_to)."""
         for spec in specs:
             self.app.definition(spec.kind)
-        tasks = self.scheduler.submit_many(specs, self.clock(), batch_id=batch_id)
+        tasks = self.app.submit_to(self.scheduler, specs, self.clock(), batch_id)
         self._claim_wake.set()
         return tasks
 
     def submit_batch(
         self, specs: Sequence[TaskSpec], batch_id: str, cap: int | None = None
     ) -> list[Task]:
-        """Submit a batch whose tasks run at most `cap` at a time."""
+        """Submit a batch whose tasks run at most `cap` (default: the limits') at a time."""
         for spec in specs:
             self.app.definition(spec.kind)
-        tasks = self.scheduler.submit_batch(specs, self.clock(), batch_id, cap)
+        tasks = self.app.submit_to(self.scheduler, specs, self.clock(), batch_id, cap=cap,
+                                   new_batch=True)
         self._claim_wake.set()
         return tasks
 

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import Guard
-from taskfuse.core.metrics import AlertEvaluator, AlertRule, MetricsAggregator, default_rules
+from taskfuse.core.metrics import AlertEvaluator, AlertRule, MetricsAggregator
 from taskfuse.core.states import TERMINAL, TaskStatus
+from taskfuse.limits.build import alert_rules
 from taskfuse.trace import BREAKER_CODES, TraceWriter, compact
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ class RuntimeTrace:
         self._stop = threading.Event()
         self.metrics = MetricsAggregator()
         self.alerts = AlertEvaluator(rules if rules is not None else _rules(runner),
-                                     self.metrics, emit=runner.scheduler.emit)
+                                     self.metrics, emit=runner.scheduler.emit,
+                                     p99_baseline_s=runner.app.limits.alerts.p99_baseline_s)
         runner.scheduler.emit.add(self)
         runner.scheduler.emit.add(self.metrics)
 
@@ -196,9 +198,14 @@ class RuntimeTrace:
 
 
 def _rules(runner: Runner) -> list[AlertRule]:
-    """The source's four alerts. "Running above its limit" compares with this process's
-    worker count, which only means something when the store is this process's own."""
-    rules = default_rules(float(runner.workers))
-    if not runner.is_local:
+    """The source's four alerts with the app's thresholds (the one builder's alert_rules).
+
+    "Running above its limit" compares with the limits' `alerts.running_limit`, else this
+    process's worker count, which only means something when the store is this process's own.
+    """
+    alerts = runner.app.limits.alerts
+    limit = alerts.running_limit if alerts.running_limit is not None else float(runner.workers)
+    rules = alert_rules(alerts, limit)
+    if not runner.is_local and alerts.running_limit is None:
         rules = [r for r in rules if r.metric != "running"]
     return rules

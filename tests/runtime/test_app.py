@@ -59,7 +59,7 @@ def test_registry_mistakes_are_clear_errors() -> None:
         app.task("a")
     with pytest.raises(UnknownKind, match=r"kind 'b' \(registered: a\)"):
         app.spec("b")
-    with pytest.raises(RuntimeConfigError, match=r"downstream 'db'.*bulkhead limit"):
+    with pytest.raises(RuntimeConfigError, match=r"downstream 'db': bulkhead: .*1, got 0"):
         app.downstream("db", bulkhead=0)
     assert issubclass(RuntimeConfigError, TaskfuseError)
 
