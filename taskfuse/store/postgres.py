@@ -557,9 +557,10 @@ class PostgresStore(NamedQueryReads):
 
         return self._run(op)
 
-    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
-        """Renew the lease (heartbeat_at) without a new version; False if not ours any more."""
-        params = {"task_id": task_id, "worker_id": worker_id, "now": now}
+    def heartbeat(self, task_id: str, version: int, now: float) -> bool:
+        """Renew the lease of the attempt at `version` (heartbeat_at, no new version); False
+        when that attempt is not the task's current one."""
+        params = {"task_id": task_id, "version": version, "now": now}
         return self._run(lambda c, _: c.execute(Q["heartbeat"], params).rowcount == 1)
 
     def put_batch(self, batch: Batch) -> Batch:

@@ -123,9 +123,9 @@ GROUP BY batch_id
 SELECT pg_notify(%(channel)s, '')
 
 -- heartbeat --
+-- Renew the lease of one attempt: (task_id, version) names it; any other attempt renews nothing.
 UPDATE tasks SET heartbeat_at = %(now)s
-WHERE task_id = %(task_id)s AND status = 'RUNNING'
-  AND worker_id IS NOT DISTINCT FROM %(worker_id)s::text
+WHERE task_id = %(task_id)s AND version = %(version)s AND status = 'RUNNING'
 
 -- overdue --
 SELECT {task} FROM tasks

@@ -104,8 +104,9 @@ FROM batches AS b
 WHERE b.batch_id IN (SELECT value FROM json_each(:ids)) AND b.cap IS NOT NULL
 
 -- heartbeat --
+-- Renew the lease of one attempt: (task_id, version) names it; any other attempt renews nothing.
 UPDATE tasks SET heartbeat_at = :now
-WHERE task_id = :task_id AND status = 'RUNNING' AND worker_id IS :worker_id
+WHERE task_id = :task_id AND version = :version AND status = 'RUNNING'
 
 -- overdue --
 SELECT {task} FROM tasks
