@@ -29,6 +29,14 @@ from typing import Protocol, runtime_checkable
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Batch, Task
 
+#: The identity of an attempt: (task_id, version of the RUNNING record its claim returned).
+Attempt = tuple[str, int]
+
+
+def attempt_of(task: Task) -> Attempt:
+    """The identity of the attempt `task` (a record a claim returned)."""
+    return task.task_id, task.version
+
 
 @runtime_checkable
 class Store(Protocol):

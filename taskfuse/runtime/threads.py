@@ -41,7 +41,7 @@ from typing import Any
 from taskfuse.core.events import Event, EventKind, EventSink
 from taskfuse.core.scheduler import Completed, Idle, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
-from taskfuse.core.storeapi import Store
+from taskfuse.core.storeapi import Attempt, Store, attempt_of
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.app import App
 from taskfuse.runtime.context import TaskContext
@@ -129,8 +129,10 @@ class Runner:
         self._watch_cond = threading.Condition(self.lock)
         self._beat_cond = threading.Condition(self.lock)
         self._done_cond = threading.Condition(self.lock)
-        self._running: dict[str, TaskContext] = {}
-        self._permits: dict[str, Any] = {}
+        # Keyed by attempt (task_id, version): a stale attempt that ignores its stop and the
+        # retry of the same task can both be running here.
+        self._running: dict[Attempt, TaskContext] = {}
+        self._permits: dict[Attempt, Any] = {}
         self._idle = 0
         self._joins: list[str | None] = []
         self._watchdog_due = float("inf")
@@ -358,19 +360,19 @@ class Runner:
         self._changed()
 
     def _stop_task(self, task_id: str) -> None:
-        ctx = self._running.get(task_id)
-        if ctx is not None:
-            ctx.signal_stop()
-        permit = self._permits.get(task_id)
-        if permit is not None and permit.event is not None:
-            permit.event.set()
+        """Stop every attempt of `task_id` running here (all but the current one are stale)."""
+        for key in [k for k in self._running if k[0] == task_id]:
+            self._running[key].signal_stop()
+            permit = self._permits.get(key)
+            if permit is not None and permit.event is not None:
+                permit.event.set()
 
-    def permit_waiting(self, task_id: str, permit: Any) -> None:
-        """A task is queued on a bulkhead (lock held): a stop must wake it too."""
-        self._permits[task_id] = permit
+    def permit_waiting(self, task: Task, permit: Any) -> None:
+        """An attempt is queued on a bulkhead (lock held): a stop must wake it too."""
+        self._permits[attempt_of(task)] = permit
 
-    def permit_done(self, task_id: str) -> None:
-        self._permits.pop(task_id, None)
+    def permit_done(self, task: Task) -> None:
+        self._permits.pop(attempt_of(task), None)
 
     def grant(self, woken: Iterable[Any]) -> None:
         """Wake the bulkhead waiters the core handed a permit to (lock held)."""
@@ -440,7 +442,7 @@ class Runner:
     def _enter(self, task: Task) -> TaskContext:
         """Register a claimed task as running here (lock held)."""
         ctx = TaskContext(task, self)
-        self._running[task.task_id] = ctx
+        self._running[attempt_of(task)] = ctx
         self.stats.claimed += 1
         deadline = task.deadline
         if deadline is not None and deadline + _DEADLINE_SLACK_S < self._watchdog_due:
@@ -464,7 +466,7 @@ class Runner:
     def _finish(self, ctx: TaskContext, outcome: Outcome) -> tuple[TaskContext, str] | None:
         """Apply an attempt's outcome (lock held); answers what to log if it was discarded."""
         task = ctx.task
-        self._running.pop(task.task_id, None)
+        self._running.pop(attempt_of(task), None)
         answer = self._complete(task, outcome)
         self._changed()
         if isinstance(answer, LostRace):
