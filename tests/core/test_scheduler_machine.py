@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -30,6 +31,7 @@ from taskfuse.core.states import TERMINAL, TRANSITIONS, TaskStatus, derive_batch
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.store.memory import MemoryStore
 from tests.core.replay import Draws, checked
+from tests.scale import examples, steps
 
 LEGAL_PAIRS = {(s.value, d.value) for (s, _), d in TRANSITIONS.items()}
 OUTCOMES = {
@@ -262,12 +264,11 @@ def _fields(spec: TaskSpec) -> dict:
 
 
 SchedulerMachine.TestCase.settings = settings(
-    max_examples=150,
-    stateful_step_count=40,
-    deadline=None,
+    max_examples=examples(150),
+    stateful_step_count=steps(40),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestSchedulerMachine = SchedulerMachine.TestCase
+TestSchedulerMachine = pytest.mark.property(SchedulerMachine.TestCase)
 
 
 # -- failing cases hypothesis found, replayed as they were printed ---------------------------

@@ -36,6 +36,7 @@ from tests.core.test_scheduler_machine import (
     replay_stale_heartbeat_after_sweep,
     replay_stale_heartbeat_after_timeout,
 )
+from tests.scale import examples, steps
 from tests.store.backends import drop_schema, need_pg, new_schema, pg_url
 
 
@@ -167,11 +168,10 @@ class PostgresMachine(_DurableMachine):
         return store
 
 
-def _settings(examples: int) -> settings:
+def _settings(n: int) -> settings:
     return settings(
-        max_examples=examples,
-        stateful_step_count=40,
-        deadline=None,
+        max_examples=examples(n),
+        stateful_step_count=steps(40),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
 
@@ -190,10 +190,12 @@ def test_regressions_replayed_on_durable_stores(machine: str, replay: Any) -> No
         state.teardown()
 
 
+@pytest.mark.property
 def test_sqlite_matches_memory() -> None:
     run_state_machine_as_test(SQLiteMachine, settings=_settings(60))
 
 
+@pytest.mark.property
 def test_postgres_matches_memory() -> None:
     need_pg()
     run_state_machine_as_test(PostgresMachine, settings=_settings(30))
@@ -342,10 +344,12 @@ class PostgresStoreMachine(StoreMachine):
         return PostgresMachine.make_durable(self)  # type: ignore[arg-type]
 
 
+@pytest.mark.property
 def test_sqlite_store_protocol_matches_memory() -> None:
     run_state_machine_as_test(SQLiteStoreMachine, settings=_settings(150))
 
 
+@pytest.mark.property
 def test_postgres_store_protocol_matches_memory() -> None:
     need_pg()
     run_state_machine_as_test(PostgresStoreMachine, settings=_settings(30))
