@@ -269,7 +269,8 @@ class Scheduler:
         """
         store = self.store
         current = store.get(task.task_id)
-        if current is None or not holds(task, current):
+        # holds(task, current), written out: every completion passes here (one call fewer)
+        if current is None or current.version != task.version or current.status is not _RUNNING:
             return LostRace(current)
         new, reason = self._after(current, outcome, now)
         if not store.swap(new, current.version):
