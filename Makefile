@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench baseline clean
+.PHONY: run test property bench baseline clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -19,10 +19,18 @@ run: $(STAMP)
 	if [ $$rc -eq 1 ]; then echo "(exit 1: the incident breaks its SLO, as it should;" \
 	"compare: $(BIN)/lab simulate scenarios/incident-fixed.yaml)"; exit 0; fi; exit $$rc
 
+# Property tests run derandomized (hypothesis profile "ci", tests/conftest.py): the same
+# commit gives the same result on every run, here and in CI.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict taskfuse/core
-	$(BIN)/python -m pytest
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest
+
+# The property tests and state machines, randomized, x10 examples and x2 steps: run it before
+# you stop. A failure is saved in tests/hypothesis-examples (commit it; every later run replays
+# it first) and printed as steps: fix it, and replay the steps as a regression test.
+property: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest -m property
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-only

@@ -12,6 +12,10 @@ Drivers (threads in real time, simpy in virtual time) ask and obey:
 * `guards[name]` holds the fuses of each downstream; while one's breaker is open, tasks that
   declared it stay PENDING instead of burning attempts, and half-open probes are real tasks.
 
+An attempt is the RUNNING record `claim` handed out. `heartbeat`, `is_cancelled`, `complete`
+and `release` take that record and answer any attempt but the task's current one "not yours"
+(False, True, `LostRace`, None): the caller stops, and nothing it says changes the task.
+
 Every move goes through `task.move` (the transition table) and `store.swap` (compare-and-set);
 a lost swap is re-read and decided again, never overwritten. Every move is an event.
 """
@@ -57,6 +61,14 @@ def _same_move(stored: Task, new: Task) -> bool:
     return (stored.version == new.version and stored.status is new.status
             and stored.finished_at == new.finished_at and stored.not_before == new.not_before
             and stored.retry_count == new.retry_count)
+
+
+def holds(attempt: Task, stored: Task | None) -> bool:
+    """Whether `attempt` (a record a claim returned) is still the task's current attempt.
+
+    (task_id, version) names an attempt: every move bumps the version, a heartbeat does not.
+    """
+    return stored is not None and stored.version == attempt.version and stored.status is _RUNNING
 
 
 class SchedulerError(TaskfuseError):
@@ -309,14 +321,16 @@ class Scheduler:
     # -- finishing -------------------------------------------------------------------------
 
     def complete(self, task: Task, outcome: Outcome, now: float) -> Completed | LostRace:
-        """Apply the outcome of the attempt `task` (as claimed) made.
+        """Apply the outcome of the attempt `task` (the record its claim returned) made.
 
-        Reads the task first, so an attempt that is no longer current decides nothing (no
-        rng draw, no budget charge): what the lab's one-at-a-time driver wants. A threaded
-        driver that writes many outcomes at once uses `complete_many`.
+        Any attempt but the task's current one gets `LostRace`: its result is discarded. It
+        reads the task first, so such an attempt decides nothing (no rng draw, no budget
+        charge): what the lab's one-at-a-time driver wants. A threaded driver that writes
+        many outcomes at once uses `complete_many`.
         """
         store = self.store
         current = store.get(task.task_id)
+        # holds(task, current), written out: every completion passes here (one call fewer)
         if current is None or current.version != task.version or current.status is not _RUNNING:
             return LostRace(current)
         if self.lock is _NO_LOCK:
@@ -534,17 +548,24 @@ class Scheduler:
         return move(t, TaskEvent.EXPIRE, now, error_kind="expired", error_msg=msg), msg
 
     def release(self, task: Task, now: float, reason: str = "shutdown") -> Task | None:
-        """Graceful shutdown: hand an unfinished RUNNING task back to PENDING (no attempt)."""
+        """Graceful shutdown: hand the attempt `task` back to PENDING (no attempt used).
+
+        None when `task` is not the task's current attempt: a stale attempt releases nothing.
+        """
         def decide(t: Task) -> tuple[Task, str] | None:
-            if t.status is not _RUNNING or t.version != task.version:
+            if not holds(task, t):
                 return None
             return move(t, TaskEvent.RELEASE, now), reason
 
         return self._apply(task.task_id, now, decide)
 
     def heartbeat(self, task: Task, now: float) -> bool:
-        """Renew the worker's lease on a task; False means it is no longer ours (stop)."""
-        return self.store.heartbeat(task.task_id, task.worker_id or "", now)
+        """Renew the lease of the attempt `task`; False means it is not ours any more (stop).
+
+        Keyed on the attempt, not the worker: a worker that claimed the task again after a
+        timeout cannot have its new lease renewed by its own stale first attempt.
+        """
+        return self.store.heartbeat(task.task_id, task.version, now)
 
     def heartbeat_many(self, attempts: Sequence[Task], now: float) -> list[bool]:
         """Renew the leases of many attempts in one round trip; False: that one is not ours."""
@@ -554,8 +575,7 @@ class Scheduler:
 
     def is_cancelled(self, task: Task) -> bool:
         """Whether the attempt `task` should stop: its record moved on without it."""
-        current = self.store.get(task.task_id)
-        return current is None or current.version != task.version
+        return not holds(task, self.store.get(task.task_id))
 
     # -- queries ---------------------------------------------------------------------------
 

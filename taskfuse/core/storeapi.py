@@ -9,6 +9,16 @@ Every implementation (memory, SQLite, PostgreSQL) honours the same contract:
   under its cap, none of its downstreams blocked — in priority order (higher first), then by
   the time they became ready, then by submission order, and moves each through the table.
 * Reads return snapshots; callers never mutate what a store hands out.
+
+Attempts
+--------
+An attempt is one run of a task: the RUNNING record `claim` returned. `(task_id, version)`
+names it, because every move bumps the version and a heartbeat does not. Every call an
+attempt makes names it that way, so that only the task's current attempt is answered "yours":
+`heartbeat(task_id, version, now)` renews nothing for any other attempt, and a completion or
+release is a `swap` expecting that version. A worker id is not an identity: the same worker
+can claim a task again (after a timeout, a release or the sweeper) while its first attempt is
+still running somewhere, and that stale attempt must not renew the lease of the new one.
 """
 
 from __future__ import annotations
@@ -18,6 +28,14 @@ from typing import Protocol, runtime_checkable
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Batch, Task
+
+#: The identity of an attempt: (task_id, version of the RUNNING record its claim returned).
+Attempt = tuple[str, int]
+
+
+def attempt_of(task: Task) -> Attempt:
+    """The identity of the attempt `task` (a record a claim returned)."""
+    return task.task_id, task.version
 
 
 @runtime_checkable
@@ -90,8 +108,9 @@ class Store(Protocol):
         """The earliest started_at + timeout among RUNNING tasks."""
         ...
 
-    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
-        """Renew the lease of a task this worker runs; False if it no longer holds it."""
+    def heartbeat(self, task_id: str, version: int, now: float) -> bool:
+        """Renew the lease of the attempt that holds `task_id` at `version` (heartbeat_at, no
+        new version); False ("not yours") when the task is no longer RUNNING at that version."""
         ...
 
     def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:

@@ -127,9 +127,11 @@ class Attempts:
 
     # -- stopping and stuck threads (mu held) ----------------------------------------------
 
-    def mark_stopped(self, task_id: str) -> list[TaskContext]:
-        """Contexts of `task_id` buffered or running here; running ones are now 'stopped'."""
-        found = [ctx for ctx in self.holding() if ctx.task.task_id == task_id]
+    def mark_stopped(self, task_id: str, only: AttemptKey | None = None) -> list[TaskContext]:
+        """Contexts of `task_id` (or of the attempt `only`) buffered or running here; running
+        ones are now 'stopped'."""
+        found = [ctx for ctx in self.holding() if ctx.task.task_id == task_id
+                 and only in (None, key_of(ctx.task))]
         now = time.monotonic()
         for ctx in found:
             key = key_of(ctx.task)

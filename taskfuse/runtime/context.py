@@ -269,11 +269,13 @@ class DownstreamCall:
 
     def __enter__(self) -> DownstreamCall:
         runner, guard, permit = self._ctx._runner, self._guard, self._permit
+        if self._ctx.stopped:  # a stopped (e.g. stale) attempt takes no permit, makes no call
+            raise TaskCanceled(f"stopped before calling downstream {guard.name!r}")
         with runner.lock:
             answer = guard.admit(permit, runner.clock())
             if answer is QUEUED:
                 permit.event = threading.Event()
-                runner.permit_waiting(self._ctx.task_id, permit)
+                runner.permit_waiting(self._ctx.task, permit)
         if isinstance(answer, Rejected):
             raise DownstreamRejected(guard.name, answer.retry_at)
         if answer is QUEUED:
@@ -299,7 +301,7 @@ class DownstreamCall:
         """
         ctx, runner = self._ctx, self._ctx._runner
         if fleet.bulkhead is not None:
-            holder = f"{runner.worker_id}/{ctx.task_id}"
+            holder = f"{runner.worker_id}/{ctx.task_id}@{ctx.task.version}"  # the attempt
             self._fleet_permit = fleet.try_acquire(holder)
             if self._fleet_permit is None:
                 began = time.monotonic()
@@ -341,7 +343,7 @@ class DownstreamCall:
         assert permit.event is not None
         permit.event.wait(bound)
         with runner.lock:
-            runner.permit_done(ctx.task_id)
+            runner.permit_done(ctx.task)
             if not permit.granted:
                 self._give_back(queued=True)
                 stopped = ctx.stopped

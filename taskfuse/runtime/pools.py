@@ -201,14 +201,14 @@ class PoolPermit:
         if not section.enter(ticket):
             began = time.monotonic()
             with runner.lock:
-                runner.permit_waiting(ctx.task_id, ticket)
+                runner.permit_waiting(ctx.task, ticket)
             if ctx.stopped:
                 assert ticket.event is not None
                 ticket.event.set()
             ok = section.wait(ticket)
             waited = time.monotonic() - began
             with runner.lock:
-                runner.permit_done(ctx.task_id)
+                runner.permit_done(ctx.task)
                 task = ctx.task
                 runner.emit(Event(runner.clock(), EventKind.WAIT, task.task_id, task.batch_id,
                                   task.trace_id, None, None, "pool" if ok else POOL_TIMEOUT,

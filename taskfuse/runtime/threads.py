@@ -173,7 +173,7 @@ class Runner:
         self._closing = threading.Event()
         self._watch_mu = threading.Condition(threading.Lock())
         self._watchdog_due = float("inf")
-        self._permits: dict[str, Any] = {}
+        self._permits: dict[AttemptKey, Any] = {}
         self._thread_of: dict[AttemptKey, str] = {}
         self._overlap: frozenset[str] = frozenset()
         self._threads: list[threading.Thread] = []
@@ -306,9 +306,19 @@ class Runner:
         return released
 
     def _drain_commits(self, timeout: float) -> None:
-        """Wait for the completer to write what is outstanding, at most `timeout`."""
+        """Wait for the completer to write what is outstanding, at most `timeout`; after an
+        earlier shutdown (the completer gone), write it here."""
         end = time.monotonic() + timeout
         at = self.attempts
+        if self._committer is not None and not self._committer.is_alive():
+            with at.mu:
+                group = list(at.committing.values())
+            if group:
+                try:
+                    with bounded(self.store, timeout):
+                        self._committed(group, self._write(group))
+                except Exception:
+                    log.exception("could not write %d outcome(s) at shutdown", len(group))
         with at.mu:
             at.outcomes.notify_all()
             while at.committing and time.monotonic() < end:
@@ -433,24 +443,27 @@ class Runner:
         Safe to call with the fuse lock held: it takes no lock."""
         self._claim_wake.set()
 
-    def _stop_task(self, task_id: str) -> None:
-        """Tell every attempt of `task_id` held here to stop (buffered ones too)."""
+    def _stop_task(self, task_id: str, only: AttemptKey | None = None) -> None:
+        """Tell every attempt of `task_id` held here (or `only` that one) to stop, buffered
+        ones too."""
         at = self.attempts
         with at.mu:
-            found = at.mark_stopped(task_id)
+            found = at.mark_stopped(task_id, only)
         with self.lock:
             for ctx in found:
                 ctx.signal_stop()
-            permit = self._permits.get(task_id)
-            if permit is not None and permit.event is not None:
-                permit.event.set()
+            for key in [k for k in self._permits if k[0] == task_id and only in (None, k)]:
+                permit = self._permits[key]
+                if permit.event is not None:
+                    permit.event.set()
 
-    def permit_waiting(self, task_id: str, permit: Any) -> None:
-        """A task is queued on a bulkhead (fuse lock held): a stop must wake it too."""
-        self._permits[task_id] = permit
+    def permit_waiting(self, task: Task, permit: Any) -> None:
+        """An attempt is queued on a bulkhead or a pool (fuse lock held): a stop must wake
+        it too. Keyed by attempt: a stale attempt and its task's retry may both wait."""
+        self._permits[key_of(task)] = permit
 
-    def permit_done(self, task_id: str) -> None:
-        self._permits.pop(task_id, None)
+    def permit_done(self, task: Task) -> None:
+        self._permits.pop(key_of(task), None)
 
     def grant(self, woken: Iterable[Any]) -> None:
         """Wake the bulkhead waiters the core handed a permit to (fuse lock held)."""
@@ -750,8 +763,8 @@ class Runner:
                 log.exception("heartbeat of %d task(s) failed; their leases decide", len(held))
                 renewed = [True] * len(held)
             for task, ok in zip(held, renewed, strict=True):
-                if not ok:
-                    self._stop_task(task.task_id)
+                if not ok:  # this attempt only: a retry of the same task may run here too
+                    self._stop_task(task.task_id, key_of(task))
             self._renew_permits()
 
     def _renew_permits(self) -> None:

@@ -156,9 +156,9 @@ class MemoryStore:
                 per = self._batch_counts[batch_id] = dict.fromkeys(TaskStatus, 0)
             per[status] += delta
 
-    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
+    def heartbeat(self, task_id: str, version: int, now: float) -> bool:
         task = self._tasks.get(task_id)
-        if task is None or task.status is not _RUNNING or task.worker_id != worker_id:
+        if task is None or task.version != version or task.status is not _RUNNING:
             return False
         renewed = task.copy()
         renewed.heartbeat_at = now

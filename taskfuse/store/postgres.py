@@ -587,9 +587,10 @@ class PostgresStore(NamedQueryReads):
 
         return self._run(op)
 
-    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
-        """Renew the lease (heartbeat_at) without a new version; False if not ours any more."""
-        params = {"task_id": task_id, "worker_id": worker_id, "now": now}
+    def heartbeat(self, task_id: str, version: int, now: float) -> bool:
+        """Renew the lease of the attempt at `version` (heartbeat_at, no new version); False
+        when that attempt is not the task's current one."""
+        params = {"task_id": task_id, "version": version, "now": now}
         return self._run(lambda c, _: c.execute(Q["heartbeat"], params).rowcount == 1)
 
     def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
@@ -598,8 +599,9 @@ class PostgresStore(NamedQueryReads):
             return []
         params = {"ids": [a[0] for a in attempts], "versions": [a[1] for a in attempts],
                   "now": now}
-        renewed = self._run(lambda c, _: {r[0] for r in c.execute(Q["heartbeat_many"], params)})
-        return [task_id in renewed for task_id, _ in attempts]
+        renewed = self._run(lambda c, _: {(r[0], r[1])
+                                          for r in c.execute(Q["heartbeat_many"], params)})
+        return [tuple(a) in renewed for a in attempts]
 
     def has_unfinished(self, batch_id: str | None = None) -> bool:
         if batch_id is None:

@@ -394,12 +394,13 @@ class SQLiteStore(NamedQueryReads):
             conn.execute(Q["release_children"], {"parent": new.task_id, "tick": self._tick(conn)})
         return True
 
-    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
-        """Renew the lease (heartbeat_at) without a new version; False if not ours any more."""
+    def heartbeat(self, task_id: str, version: int, now: float) -> bool:
+        """Renew the lease of the attempt at `version` (heartbeat_at, no new version); False
+        when that attempt is not the task's current one."""
         conn = self._conn()
         with self._write_lock:  # a write: queue with this process's other writers
             cur = conn.execute(
-                Q["heartbeat"], {"task_id": task_id, "worker_id": worker_id, "now": now}
+                Q["heartbeat"], {"task_id": task_id, "version": version, "now": now}
             )
         return cur.rowcount == 1
 
@@ -409,9 +410,9 @@ class SQLiteStore(NamedQueryReads):
             return []
         rows = json.dumps([[task_id, version] for task_id, version in attempts])
         with self._write() as conn:
-            renewed = {r[0] for r in conn.execute(Q["heartbeat_many"],
-                                                   {"rows": rows, "now": now})}
-        return [task_id in renewed for task_id, _ in attempts]
+            renewed = {(r[0], r[1]) for r in conn.execute(Q["heartbeat_many"],
+                                                           {"rows": rows, "now": now})}
+        return [tuple(a) in renewed for a in attempts]
 
     def has_unfinished(self, batch_id: str | None = None) -> bool:
         if batch_id is None:

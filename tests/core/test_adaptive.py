@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskfuse.core.adaptive import AIMD, AdaptiveLimit, Gradient2, Vegas, make_adaptive
+from tests.scale import examples
 
 KINDS = ["aimd", "gradient2", "vegas"]
 
@@ -21,7 +22,7 @@ samples = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(
     kind=st.sampled_from(KINDS),
     bounds=st.tuples(st.integers(1, 50), st.integers(0, 100)),

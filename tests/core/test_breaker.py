@@ -13,6 +13,7 @@ from taskfuse.core.breaker import (
     CircuitBreaker,
     WindowKind,
 )
+from tests.scale import examples
 
 CL, OP, HO = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
@@ -377,7 +378,7 @@ configs = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150))
 @given(config=configs, steps=ops)
 def test_changes_chain_and_state_is_valid(
     config: BreakerConfig, steps: list[tuple[str, float, bool, float]]

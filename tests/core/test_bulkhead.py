@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskfuse.core.bulkhead import Bulkhead
+from tests.scale import examples
 
 
 def test_grants_up_to_limit_then_queues_fifo() -> None:
@@ -109,7 +110,7 @@ actions = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200))
 @given(limit=st.integers(1, 4), steps=actions)
 def test_invariants_and_fifo_against_model(limit: int, steps: list[tuple[str, int]]) -> None:
     b: Bulkhead[int] = Bulkhead(limit)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskfuse.core.ratelimit import TokenBucket
+from tests.scale import examples
 
 
 def slack(rate: float, times: list[float]) -> float:
@@ -213,7 +214,7 @@ def test_set_rate_on_a_full_bucket_stays_full() -> None:
 # --- properties -----------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150))
 @given(rate=rates, burst=bursts, start=starts, deltas=gaps, data=st.data())
 def test_try_acquire_grants_fit_every_window(
     rate: float, burst: float, start: float, deltas: list[float], data: st.DataObject
@@ -234,7 +235,7 @@ def test_try_acquire_grants_fit_every_window(
         assert max_excess(at, amounts, rate) <= burst + slack(rate, at)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150))
 @given(rate=rates, burst=bursts, start=starts, deltas=gaps)
 def test_reserved_start_times_fit_every_window_and_are_fifo(
     rate: float, burst: float, start: float, deltas: list[float]
@@ -252,7 +253,7 @@ def test_reserved_start_times_fit_every_window_and_are_fifo(
     assert max_excess(begins, [1.0] * len(begins), rate) <= burst + tol
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100))
 @given(
     rate=rates, burst=bursts, deltas=gaps, picks=st.lists(st.booleans(), min_size=150, max_size=150)
 )
@@ -272,7 +273,7 @@ def test_mixed_grants_and_reservations_fit_every_window(
         assert max_excess(begins, [1.0] * len(begins), rate) <= burst + tol
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(rate=rates, burst=st.sampled_from([1.0, 1.5, 4.0, 10.0]), start=starts)
 def test_driver_at_next_free_is_always_granted_and_rate_converges(
     rate: float, burst: float, start: float
@@ -293,7 +294,7 @@ def test_driver_at_next_free_is_always_granted_and_rate_converges(
     assert grants / (t - start) == pytest.approx(rate, rel=0.01)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25))
 @given(
     rate=st.floats(min_value=0.5, max_value=500.0),
     burst=st.sampled_from([1.0, 2.0, 5.0]),
@@ -323,7 +324,7 @@ def test_backlogged_random_arrivals_converge_to_rate(rate: float, burst: float, 
     assert grants / t == pytest.approx(rate, rel=0.01)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100))
 @given(
     rate=rates,
     burst=bursts,

@@ -22,6 +22,7 @@ from taskfuse.core.retry import (
     RetryPolicy,
     RetryTokens,
 )
+from tests.scale import examples
 
 N_SAMPLES = 20_000
 
@@ -95,7 +96,7 @@ def test_kind_none_is_zero_and_draws_nothing(jitter: Jitter) -> None:
 # --- jitter bounds and means ------------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 @given(
     backoff=backoffs(),
     k=st.integers(min_value=1, max_value=60),
@@ -402,7 +403,7 @@ def test_budget_time_going_backwards_stays_in_the_current_bucket() -> None:
     assert budget.counts(100.0) == (2, 1)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100))
 @given(
     ratio=st.floats(min_value=0.0, max_value=1.0),
     window=st.floats(min_value=0.5, max_value=20.0),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -29,6 +30,8 @@ from taskfuse.core.scheduler import Completed, LostRace, Scheduler, SchedulerCon
 from taskfuse.core.states import TERMINAL, TRANSITIONS, TaskStatus, derive_batch_status
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.store.memory import MemoryStore
+from tests.core.replay import Draws, checked
+from tests.scale import examples, steps
 
 LEGAL_PAIRS = {(s.value, d.value) for (s, _), d in TRANSITIONS.items()}
 OUTCOMES = {
@@ -169,16 +172,23 @@ class SchedulerMachine(RuleBasedStateMachine):
     def release(self, data) -> None:
         worker = data.draw(st.sampled_from([w for w, ts in self.held.items() if ts]))
         task = self.held[worker].pop()
-        self.sched.release(task, self.now)
+        was_current = self._current(task)
+        released = self.sched.release(task, self.now)
+        assert (released is not None) == was_current  # a stale attempt releases nothing
 
     @precondition(lambda self: any(self.held.values()))
     @rule(data=st.data())
     def heartbeat(self, data) -> None:
+        """Any attempt a worker still holds, current or stale: only the current one is
+        answered "yours", and a stale one's heartbeat and check change nothing."""
         worker = data.draw(st.sampled_from([w for w, ts in self.held.items() if ts]))
         task = data.draw(st.sampled_from(self.held[worker]))
-        assert self.sched.heartbeat(task, self.now) == (
-            self._current(task) and task.status is TaskStatus.RUNNING
-        )
+        current = self._current(task) and task.status is TaskStatus.RUNNING
+        before = self.sched.store.get(task.task_id)
+        assert self.sched.heartbeat(task, self.now) == current
+        assert self.sched.is_cancelled(task) == (not current)
+        if not current:
+            assert self.sched.store.get(task.task_id) == before
 
     @rule(dt=st.sampled_from([0.5, 1.0, 4.0, 12.0, 30.0, 250.0]))
     def advance(self, dt: float) -> None:
@@ -254,9 +264,57 @@ def _fields(spec: TaskSpec) -> dict:
 
 
 SchedulerMachine.TestCase.settings = settings(
-    max_examples=150,
-    stateful_step_count=40,
-    deadline=None,
+    max_examples=examples(150),
+    stateful_step_count=steps(40),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestSchedulerMachine = SchedulerMachine.TestCase
+TestSchedulerMachine = pytest.mark.property(SchedulerMachine.TestCase)
+
+
+# -- failing cases hypothesis found, replayed as they were printed ---------------------------
+# `make property` runs the machine longer and randomized; every case it fails on is kept here
+# (and in the example database it writes), so `make test` checks it on every run.
+
+
+def replay_stale_heartbeat_after_timeout(machine: SchedulerMachine) -> None:
+    """Issue 18: w1 claims t1, the watchdog times it out and retries it, w1 claims t1 again,
+    and the first attempt's heartbeat renewed the lease of the second."""
+    step = checked(machine)
+    step(lambda: machine.setup(seed=0, lease=None))
+    step(lambda: machine.submit(data=Draws(None, "sync", 0, 3.0, ())))
+    step(lambda: machine.claim(n=1, worker="w1"))
+    step(lambda: machine.advance(dt=4.0))
+    step(lambda: machine.expire())
+    step(lambda: machine.advance(dt=12.0))
+    step(lambda: machine.claim(n=1, worker="w1"))
+    first, second = machine.held["w1"]
+    assert (first.task_id, first.worker_id) == (second.task_id, second.worker_id)
+    step(lambda: machine.heartbeat(data=Draws("w1", first)))
+    step(lambda: machine.heartbeat(data=Draws("w1", second)))
+    step(lambda: machine.release(data=Draws("w1")))  # pops the second: still current
+    step(lambda: machine.complete(data=Draws("w1", 0), outcome="ok"))  # the first: too late
+
+
+def replay_stale_heartbeat_after_sweep(machine: SchedulerMachine) -> None:
+    """The same bug reached through the sweeper (found by the 10x randomized run)."""
+    step = checked(machine)
+    step(lambda: machine.setup(seed=0, lease=None))
+    step(lambda: machine.submit_batch(
+        cap=None, size=2,
+        data=Draws(None, "sync", 0, None, (), None, "sync", 0, None, (), False)))
+    step(lambda: machine.submit(data=Draws([], None, "sync", 0, None, ())))
+    step(lambda: machine.claim(n=2, worker="w2"))
+    step(lambda: machine.claim(n=1, worker="w1"))
+    step(lambda: machine.advance(dt=30.0))
+    step(lambda: machine.sweep())
+    step(lambda: machine.cancel_batch(data=Draws("b0")))
+    step(lambda: machine.claim(n=1, worker="w1"))
+    step(lambda: machine.heartbeat(data=Draws("w1", lambda: machine.held["w1"][0])))
+
+
+def test_regression_stale_attempt_heartbeat_after_timeout() -> None:
+    replay_stale_heartbeat_after_timeout(SchedulerMachine())
+
+
+def test_regression_stale_attempt_heartbeat_after_sweep() -> None:
+    replay_stale_heartbeat_after_sweep(SchedulerMachine())

@@ -87,8 +87,9 @@ def test_watchdog_and_sweeper_queries(store) -> None:
     assert store.next_deadline() == 2.0
     assert [t.task_id for t in store.overdue(2.5)] == ["a"]
     assert [t.task_id for t in store.overdue(2.5)] == ["a"]  # a query: asking twice is fine
-    assert store.heartbeat("b", "w", 50.0)
-    assert not store.heartbeat("b", "someone-else", 50.0)
+    b = store.get("b")
+    assert store.heartbeat("b", b.version, 50.0)
+    assert not store.heartbeat("b", b.version - 1, 50.0)  # not the attempt that holds it
     stale = lambda now, lease: sorted(t.task_id for t in store.stale_running(now, lease))  # noqa: E731
     assert stale(52.0, 5.0) == ["a"]  # a: older than 2 x timeout; b: renewed its lease at 50
     assert stale(60.0, 5.0) == ["a", "b"]  # b's lease lapsed
@@ -134,13 +135,33 @@ def test_released_dependents_queue_in_submission_order(store) -> None:
 def test_heartbeat_renews_the_lease_without_a_new_version(store) -> None:
     store.insert([T("a", timeout=10.0)])
     [a] = store.claim("w", 0.0, 1)
-    assert store.heartbeat("a", "w", 4.0)
+    assert store.heartbeat("a", a.version, 4.0)
     renewed = store.get("a")
     assert renewed.version == a.version and renewed.heartbeat_at == 4.0
     assert store.stale_running(8.0, 5.0) == []
     assert [t.task_id for t in store.stale_running(9.5, 5.0)] == ["a"]
     assert store.swap(move(renewed, TaskEvent.SUCCEED, 5.0), a.version)  # same version
-    assert not store.heartbeat("a", "w", 6.0)  # no longer RUNNING
+    assert not store.heartbeat("a", a.version, 6.0)  # no longer RUNNING
+    assert not store.heartbeat("a", a.version + 1, 6.0)  # the finished record's own version
+
+
+def test_a_stale_attempt_renews_nothing_even_on_the_same_worker(store) -> None:
+    """Attempt 1 timed out and was retried; the same worker claimed attempt 2. Only the
+    version names the attempt: attempt 1's heartbeat is refused and changes no field."""
+    store.insert([T("a", timeout=10.0)])
+    [first] = store.claim("w", 0.0, 1)
+    retry = move(first, TaskEvent.TIMEOUT_RETRY, 11.0, not_before=11.0)
+    assert store.swap(retry, first.version)
+    [second] = store.claim("w", 12.0, 1)
+    assert second.worker_id == first.worker_id == "w"
+    assert not store.heartbeat("a", first.version, 13.0)
+    assert store.get("a") == second  # heartbeat_at still the claim's, nothing else changed
+    assert [t.task_id for t in store.stale_running(18.5, 6.0)] == ["a"]  # its lease: lapsed
+    assert store.heartbeat("a", second.version, 14.0)
+    assert store.get("a").heartbeat_at == 14.0
+    assert store.stale_running(18.5, 6.0) == []
+    assert not store.swap(move(first, TaskEvent.SUCCEED, 15.0), first.version)
+    assert store.get("a").status is TaskStatus.RUNNING
 
 
 def test_payload_and_result_round_trip(store) -> None:
@@ -201,3 +222,14 @@ def test_has_unfinished_answers_per_batch_and_overall(store) -> None:
     for task in store.claim("w", 1.0, 5):
         store.swap(move(task, TaskEvent.SUCCEED, 2.0), task.version)
     assert not store.has_unfinished() and not store.has_unfinished("b1")
+
+
+def test_heartbeat_many_tells_two_attempts_of_one_task_apart(store) -> None:
+    store.insert([T("a")])
+    [first] = store.claim("w", 1.0, 1)
+    assert store.swap(move(first, TaskEvent.RETRY, 1.5), first.version)
+    [second] = store.claim("w", 2.0, 1)  # the retry, on the same worker
+    assert second.task_id == first.task_id and second.version > first.version
+    got = store.heartbeat_many([(first.task_id, first.version),
+                                (second.task_id, second.version)], 3.0)
+    assert got == [False, True]

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -30,7 +31,12 @@ from hypothesis.stateful import (
 from taskfuse.core.states import TRANSITIONS, TaskEvent, TaskStatus
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store.memory import MemoryStore
-from tests.core.test_scheduler_machine import SchedulerMachine
+from tests.core.test_scheduler_machine import (
+    SchedulerMachine,
+    replay_stale_heartbeat_after_sweep,
+    replay_stale_heartbeat_after_timeout,
+)
+from tests.scale import examples, steps
 from tests.store.backends import drop_schema, need_pg, new_schema, pg_url
 
 
@@ -124,8 +130,8 @@ class DiffStore:
     def next_deadline(self) -> float | None:
         return self._both("next_deadline")
 
-    def heartbeat(self, task_id: str, worker_id: str, now: float) -> bool:
-        return self._both("heartbeat", task_id, worker_id, now)
+    def heartbeat(self, task_id: str, version: int, now: float) -> bool:
+        return self._both("heartbeat", task_id, version, now)
 
     def running(self) -> list[Task]:
         return self._both("running")
@@ -172,19 +178,34 @@ class PostgresMachine(_DurableMachine):
         return store
 
 
-def _settings(examples: int) -> settings:
+def _settings(n: int) -> settings:
     return settings(
-        max_examples=examples,
-        stateful_step_count=40,
-        deadline=None,
+        max_examples=examples(n),
+        stateful_step_count=steps(40),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
 
 
+@pytest.mark.parametrize("replay", [replay_stale_heartbeat_after_timeout,
+                                    replay_stale_heartbeat_after_sweep])
+@pytest.mark.parametrize("machine", ["sqlite", "postgres"])
+def test_regressions_replayed_on_durable_stores(machine: str, replay: Any) -> None:
+    """The failing cases the scheduler machine keeps, on each durable store against memory."""
+    if machine == "postgres":
+        need_pg()
+    state = {"sqlite": SQLiteMachine, "postgres": PostgresMachine}[machine]()
+    try:
+        replay(state)
+    finally:
+        state.teardown()
+
+
+@pytest.mark.property
 def test_sqlite_matches_memory() -> None:
     run_state_machine_as_test(SQLiteMachine, settings=_settings(60))
 
 
+@pytest.mark.property
 def test_postgres_matches_memory() -> None:
     need_pg()
     run_state_machine_as_test(PostgresMachine, settings=_settings(30))
@@ -275,11 +296,15 @@ class StoreMachine(RuleBasedStateMachine):
         new = move(task, event, self.now, **changes)
         self.store.swap(new, task.version - 1 if stale else task.version)
 
-    @precondition(lambda self: bool(self.store.ref.running()))
-    @rule(data=st.data(), mine=st.booleans())
-    def heartbeat(self, data: st.DataObject, mine: bool) -> None:
-        task = data.draw(st.sampled_from(self.store.ref.running()))
-        self.store.heartbeat(task.task_id, task.worker_id if mine else "intruder", self.now)
+    @precondition(lambda self: bool(self.store.ref.all_tasks()))
+    @rule(data=st.data(), attempt=st.sampled_from([0, 0, -1, -2, 1]))
+    def heartbeat(self, data: st.DataObject, attempt: int) -> None:
+        """A heartbeat of the current attempt (0) or of another one: an older version (-1,
+        -2: what an earlier attempt or a stale read holds), or one not reached yet (1). Of
+        any task, so finished and waiting ones are asked too."""
+        task = data.draw(st.sampled_from(self.store.ref.all_tasks()))
+        renewed = self.store.heartbeat(task.task_id, task.version + attempt, self.now)
+        assert renewed == (attempt == 0 and task.status is TaskStatus.RUNNING)
 
     @rule(dt=st.sampled_from([0.5, 1.0, 2.5, 7.0]))
     def advance(self, dt: float) -> None:
@@ -329,10 +354,12 @@ class PostgresStoreMachine(StoreMachine):
         return PostgresMachine.make_durable(self)  # type: ignore[arg-type]
 
 
+@pytest.mark.property
 def test_sqlite_store_protocol_matches_memory() -> None:
     run_state_machine_as_test(SQLiteStoreMachine, settings=_settings(150))
 
 
+@pytest.mark.property
 def test_postgres_store_protocol_matches_memory() -> None:
     need_pg()
     run_state_machine_as_test(PostgresStoreMachine, settings=_settings(30))

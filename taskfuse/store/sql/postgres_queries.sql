@@ -158,9 +158,9 @@ GROUP BY batch_id
 SELECT pg_notify(%(channel)s, '')
 
 -- heartbeat --
+-- Renew the lease of one attempt: (task_id, version) names it; any other attempt renews nothing.
 UPDATE tasks SET heartbeat_at = %(now)s
-WHERE task_id = %(task_id)s AND status = 'RUNNING'
-  AND worker_id IS NOT DISTINCT FROM %(worker_id)s::text
+WHERE task_id = %(task_id)s AND version = %(version)s AND status = 'RUNNING'
 
 -- heartbeat_many --
 -- Renew many attempts' leases in one statement; only each task's current RUNNING attempt
@@ -168,7 +168,7 @@ WHERE task_id = %(task_id)s AND status = 'RUNNING'
 UPDATE tasks AS t SET heartbeat_at = %(now)s
 FROM unnest(%(ids)s::text[], %(versions)s::integer[]) AS u(task_id, version)
 WHERE t.task_id = u.task_id AND t.version = u.version AND t.status = 'RUNNING'
-RETURNING t.task_id
+RETURNING t.task_id, t.version
 
 -- has_unfinished --
 -- Two probes, each an index range that stops at its first row: cheap whatever the table's

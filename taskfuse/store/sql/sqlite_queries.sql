@@ -105,8 +105,9 @@ FROM batches AS b
 WHERE b.batch_id IN (SELECT value FROM json_each(:ids)) AND b.cap IS NOT NULL
 
 -- heartbeat --
+-- Renew the lease of one attempt: (task_id, version) names it; any other attempt renews nothing.
 UPDATE tasks SET heartbeat_at = :now
-WHERE task_id = :task_id AND status = 'RUNNING' AND worker_id IS :worker_id
+WHERE task_id = :task_id AND version = :version AND status = 'RUNNING'
 
 -- heartbeat_many --
 -- Renew many attempts' leases in one statement: :rows is a JSON array of [task_id, version];
@@ -114,7 +115,7 @@ WHERE task_id = :task_id AND status = 'RUNNING' AND worker_id IS :worker_id
 UPDATE tasks SET heartbeat_at = :now
 WHERE status = 'RUNNING' AND (task_id, version) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:rows))
-RETURNING task_id
+RETURNING task_id, version
 
 -- has_unfinished --
 -- Two probes, each an index range that stops at its first row: cheap whatever the table's
