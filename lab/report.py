@@ -40,8 +40,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     makespan = sim.ended_at if sim.ended_at is not None else sim.now
     ended = sum(tasks[s] for s in ("SUCCESS", "FAILED", "TIMEOUT", "CANCELED"))
     durations = [d for ds in sim.metrics.durations.values() for d in ds]
-    store_tasks = sim.scheduler.store.all_tasks()
-    retries = sum(t.retry_count for t in store_tasks)
+    retries = sum(r.retry_count for r in sim.task_records())
     report: dict[str, Any] = {
         "scenario": sc.name,
         "seed": sim.seed,

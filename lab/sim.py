@@ -8,7 +8,10 @@ processes calling `expire` and `sweep`. No delay, limit or next state is compute
 Keeping it fast (DESIGN.md): one process per worker; steps and calls are `yield from`
 sub-generators; a simpy event is created only when something really waits (a free connection
 or permit costs none); idle workers are woken one at a time, each passing the baton on when
-it found work, so there is no thundering herd and no polling.
+it found work, so there is no thundering herd and no polling. What a scenario does not use
+costs nothing: the store forgets ended tasks (lab/store.py) and keeps the metrics, so
+without a trace no event is built; renewals run only under a lease, and the bookkeeping that
+lets a crashed worker give back what it held only when a crash fault exists.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from lab.model.business import BusinessTraffic
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT, Pool
 from lab.model.provider import Provider
 from lab.scenario import BatchSpec, CallStep, DbStep, Scenario, Step, WorkStep
+from lab.store import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.events import Event, EventKind
-from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
+from taskfuse.core.metrics import AlertEvaluator
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Outcome, Task, TaskSpec
@@ -42,7 +46,6 @@ from taskfuse.limits.build import (
     heartbeat_interval,
     running_limit,
 )
-from taskfuse.store.memory import MemoryStore
 from taskfuse.tuning import collect_rarely
 
 WORK, DB, CALL = 0, 1, 2
@@ -85,7 +88,13 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.env = simpy.Environment()
         self.limits = scenario.limits()
-        self.metrics = MetricsAggregator()
+        #: What a scenario does not use costs nothing: renewals only under a lease, and the
+        #: bookkeeping that lets a worker give back what it held only when one can crash.
+        self.leased = self.limits.sweeper.lease_s is not None
+        self.track = any(f.kind == "worker_crash" for f in scenario.faults)
+        self.metrics = StoreMetrics()
+        self.store = LabStore(self.metrics.ended)
+        self.metrics.attach(self.store)
         self.scheduler = self._make_scheduler(sinks or [])
         self.pools = {name: Pool(self.env, name, spec) for name, spec in scenario.pools.items()}
         self.downstreams = {name: self._make_downstream(name, spec)
@@ -124,15 +133,17 @@ class Simulation:
 
     def _make_scheduler(self, sinks: list[Callable[[Event], None]]) -> Scheduler:
         # The lab simulates the whole fleet as one pool of workers: every limit whole. Guards
-        # are added by _make_downstream, which pairs each with its provider.
-        return build_scheduler(self.limits, MemoryStore(), rng=self.rng("scheduler"),
-                               sinks=[self.metrics, *sinks], whole_fleet=True, downstreams={})
+        # are added by _make_downstream, which pairs each with its provider. The metrics come
+        # from the store, so without a trace (or a caller's sink) no event is built at all.
+        return build_scheduler(self.limits, self.store, rng=self.rng("scheduler"),
+                               sinks=sinks, whole_fleet=True, downstreams={})
 
     def _make_downstream(self, name: str, spec: Any) -> Downstream:
         guard = self.scheduler.add_guard(build_guard(name, spec.client, 0.0, whole_fleet=True))
         provider = Provider(self.env, name, spec.provider, self.rng(f"latency:{name}"),
                             self.rng(f"errors:{name}"))
-        return Downstream(self.env, name, spec, guard, provider, self.rng(f"retry:{name}"))
+        return Downstream(self.env, name, spec, guard, provider, self.rng(f"retry:{name}"),
+                          track=self.track)
 
     def _make_business(self) -> BusinessTraffic | None:
         spec = self.sc.business
@@ -271,26 +282,58 @@ class Simulation:
                 yield self._sleep(answer.until)  # type: ignore[union-attr]
 
     def run_task(self, task: Task) -> Generator[simpy.Event, Any, None]:
+        """One attempt: its steps in order, then `complete`. The DB step is inlined (as the
+        calls' admission is in `Downstream.call`): every level of `yield from` is paid again
+        on each resume."""
         env = self.env
         stats = self.stats
         stats.attempts += 1
-        self.attempts[task.task_id] = task
+        if self.leased:
+            self.attempts[task.task_id] = task
         if task.started_at + task.timeout + DEADLINE_SLACK_S < self.watchdog_due:  # type: ignore[operator]
             self.watchdog_due = 0.0  # a deadline before the watchdog's next look: wake it
             self._watchdog.interrupt("deadline")
         if task.version == 1:
             stats.first_waits.append(env.now - task.created_at)
-        program = self.programs[task.payload]
+        steps = self.programs[task.payload].steps
+        track = self.track
+        # What the attempt must give back: connections kept for the whole task, and, when a
+        # crash can interrupt the worker (`track`), every wait and connection in progress.
         held: list[tuple[Any, ...]] = []
         error: str | None = None
-        last = program.steps[-1]
+        last = steps[-1]
         try:
-            for step in program.steps:
+            for step in steps:
                 op = step[0]
                 if op == WORK:
                     yield env.timeout(step[1]())
                 elif op == DB:
-                    error = yield from self._db(task, step, held)
+                    _, pool, query, whole = step
+                    now = env.now
+                    if pool.outages and pool.down(now):
+                        pool.refused += 1
+                        error = DB_UNAVAILABLE
+                    elif pool.bulkhead.try_acquire_nowait():
+                        pool.waits.append(0.0)
+                    else:
+                        event = pool.wait_event(now)
+                        if track:
+                            held.append(("poolwait", pool, event))
+                        granted = yield event
+                        if track:
+                            held.pop()
+                        if self.detail is not None:
+                            self._pool_waited(task, pool, granted, now)
+                        if not granted:
+                            error = POOL_TIMEOUT
+                    if error is None:
+                        if whole or track:
+                            held.append(("conn", pool))
+                        yield env.timeout(query())
+                        if not whole:
+                            if track:
+                                held.pop()
+                            pool.release()
                 else:  # the calls of a step, each with its retries
                     ds = step[1]
                     for _ in range(int(step[2]() + 0.5)):
@@ -303,43 +346,27 @@ class Simulation:
             self.attempts.pop(task.task_id, None)
             self._abandon(held)
             raise
-        self.attempts.pop(task.task_id, None)
-        self._release(held)
-        self._complete(task, OK if error is None else Outcome.failure(error))
-
-    def _db(self, task: Task, step: tuple[Any, ...], held: list[tuple[Any, ...]]
-            ) -> Generator[simpy.Event, Any, str | None]:
-        _, pool, query, whole = step
-        env = self.env
-        now = env.now
-        if pool.outages and pool.down(now):
-            pool.refused += 1
-            return DB_UNAVAILABLE
-        if pool.bulkhead.try_acquire_nowait():
-            pool.waits.append(0.0)
-        else:
-            event = pool.wait_event(now)
-            held.append(("poolwait", pool, event))
-            granted = yield event
-            held.pop()
-            if self.detail is not None:
-                self.detail(Event(env.now, EventKind.WAIT, task.task_id, task.batch_id,
-                                  task.trace_id,
-                                  None, None, "pool" if granted else POOL_TIMEOUT,
-                                  task.retry_count + 1, task.worker_id, pool.name, env.now - now))
-            if not granted:
-                return POOL_TIMEOUT
-        held.append(("conn", pool))
-        yield env.timeout(query())
-        if not whole:
-            held.pop()
-            pool.release()
-        return None
-
-    def _release(self, held: list[tuple[Any, ...]]) -> None:
+        if self.leased:
+            del self.attempts[task.task_id]
         for entry in reversed(held):
             entry[1].release()
-        held.clear()
+        answer = self.scheduler.complete(task, OK if error is None else Outcome.failure(error),
+                                         env.now)
+        if answer.__class__ is Completed:
+            if answer.task.status is _PENDING and answer.task.retry_count == task.retry_count:  # type: ignore[union-attr]
+                stats.deferred += 1
+            if self.idle:
+                self._wake(1)
+            if self.arrivals_left == 0:
+                self._check_finished()
+        else:
+            stats.lost_races += 1
+
+    def _pool_waited(self, task: Task, pool: Pool, granted: bool, since: float) -> None:
+        now = self.env.now
+        self.detail(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,  # type: ignore[misc]
+                          None, None, "pool" if granted else POOL_TIMEOUT, task.retry_count + 1,
+                          task.worker_id, pool.name, now - since))
 
     def _abandon(self, held: list[tuple[Any, ...]]) -> None:
         """A crashed worker's connections are closed by the database; its waits end."""
@@ -352,16 +379,6 @@ class Simulation:
             else:
                 entry[1].abandon(kind, entry[2])
         held.clear()
-
-    def _complete(self, task: Task, outcome: Outcome) -> None:
-        answer = self.scheduler.complete(task, outcome, self.env.now)
-        if answer.__class__ is Completed:
-            if answer.task.status is _PENDING and answer.task.retry_count == task.retry_count:  # type: ignore[union-attr]
-                self.stats.deferred += 1
-            self._wake(1)
-            self._check_finished()
-        else:
-            self.stats.lost_races += 1
 
     # -- periodic processes ----------------------------------------------------------------
 
@@ -444,7 +461,7 @@ class Simulation:
             for i in range(int(workers)):
                 self.workers.append(env.process(self.worker(f"w{i + 1}", i)))
         self._watchdog = env.process(self.watchdog())
-        if self.limits.sweeper.lease_s is not None:  # without a lease, renewals change nothing
+        if self.leased:  # without a lease, renewals change nothing
             env.process(self.heartbeat(heartbeat_interval(self.limits)))
         env.process(self.sweeper())
         env.process(self.sampler())
@@ -463,6 +480,10 @@ class Simulation:
             self.on_sample(self)
         self.wall_s = time.perf_counter() - started
         return self
+
+    def task_records(self) -> list[TaskRecord]:
+        """One flat record per task submitted (deduplicated): how each ended, or where it is."""
+        return self.store.records()
 
     @property
     def now(self) -> float:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskfuse.core.dag import check_graph
 from taskfuse.core.events import Emitter, Event, EventKind, EventSink
@@ -53,15 +53,16 @@ class SchedulerError(TaskfuseError):
     """A request the scheduler refuses (bad spec, unknown batch)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Work:
-    """Run these tasks (already RUNNING for you)."""
+class Work(NamedTuple):
+    """Run these tasks (already RUNNING for you).
+
+    Claim answers are NamedTuples: immutable like the other answers, and built on every
+    claim, where a frozen dataclass cost a tenth of the whole claim."""
 
     tasks: list[Task]
 
 
-@dataclass(frozen=True, slots=True)
-class Idle:
+class Idle(NamedTuple):
     """Nothing to claim: sleep until `until`, or until told of new work when None."""
 
     until: float | None
@@ -221,17 +222,19 @@ class Scheduler:
         return frozenset(g.name for g in gated if g.blocks(now))
 
     def claim(self, worker_id: str, now: float, n: int = 1) -> Work | Idle:
-        tasks = self.store.claim(worker_id, now, n, self.blocked(now))
+        blocked = self.blocked(now) if self._gated else _NOTHING
+        tasks = self.store.claim(worker_id, now, n, blocked)
         if not tasks:
             return Idle(self.next_claimable_at(now))
         emit = self.emit
         budget = self.budget
-        for task in tasks:
-            if budget is not None and task.retry_count == 0:
-                budget.record_first(now)  # retries were charged when they were decided
-            if emit.sinks:
-                emit(Event(now, _MOVE, task.task_id, task.batch_id, task.trace_id, _PENDING,
-                           _RUNNING, "claim", task.retry_count + 1, worker_id))
+        if emit.sinks or budget is not None:
+            for task in tasks:
+                if budget is not None and task.retry_count == 0:
+                    budget.record_first(now)  # retries were charged when they were decided
+                if emit.sinks:
+                    emit(Event(now, _MOVE, task.task_id, task.batch_id, task.trace_id,
+                               _PENDING, _RUNNING, "claim", task.retry_count + 1, worker_id))
         return Work(tasks)
 
     def next_claimable_at(self, now: float) -> float | None:
