@@ -30,7 +30,7 @@ from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
 from lab.model.business import BusinessTraffic
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT, Pool
 from lab.model.provider import Provider
-from lab.scenario import BatchSpec, CallStep, DbStep, Scenario, Step, WorkStep
+from lab.scenario import BatchSpec, CallStep, DbStep, HangStep, Scenario, Step, WorkStep
 from lab.store import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.events import Event, EventKind
@@ -45,12 +45,15 @@ from taskfuse.limits.build import (
     build_scheduler,
     heartbeat_interval,
     running_limit,
+    stuck_bound,
 )
 from taskfuse.tuning import collect_rarely
 
-WORK, DB, CALL = 0, 1, 2
+WORK, DB, CALL, HANG = 0, 1, 2, 3
 OK = Outcome.success(None)
 _PENDING = TaskStatus.PENDING
+#: The cause of the interrupt that kills a `process` executor's worker process.
+KILLED = "killed"
 
 
 @dataclass
@@ -71,6 +74,34 @@ class RunStats:
     submitted: int = 0
     duplicates: int = 0
     crashed_workers: int = 0
+    #: Stuck workers (busy with an attempt whose record moved on): now, at most, and the
+    #: time integral of the count (its mean is stuck_area / simulated time).
+    stuck: int = 0
+    stuck_peak: int = 0
+    stuck_area: float = 0.0
+    stuck_since: float = 0.0
+    replaced: int = 0  # workers started to replace stuck ones
+    retired: int = 0  # stuck workers that left when they returned to a full pool
+    killed: int = 0  # worker processes killed at a timeout (executor: process)
+
+    def stuck_changed(self, now: float, delta: int) -> None:
+        self.stuck_area += self.stuck * (now - self.stuck_since)
+        self.stuck_since = now
+        self.stuck += delta
+        if self.stuck > self.stuck_peak:
+            self.stuck_peak = self.stuck
+
+
+class Slot:
+    """One simulated worker (a thread, or the process a `process` kind runs in)."""
+
+    __slots__ = ("number", "proc", "retiring", "stuck")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.proc: simpy.Process | None = None
+        self.stuck = False
+        self.retiring = False
 
 
 class Simulation:
@@ -88,10 +119,15 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.env = simpy.Environment()
         self.limits = scenario.limits()
+        kinds = self.limits.kinds
+        self.process_kinds = {k for k, spec in kinds.items() if spec.executor == "process"}
+        self.overlap_kinds = {k for k, spec in kinds.items() if spec.overlap}
         #: What a scenario does not use costs nothing: renewals only under a lease, and the
-        #: bookkeeping that lets a worker give back what it held only when one can crash.
+        #: bookkeeping that lets a worker give back what it held only when one can be
+        #: interrupted (a crash fault, or a `process` kind killed at its timeout).
         self.leased = self.limits.sweeper.lease_s is not None
-        self.track = any(f.kind == "worker_crash" for f in scenario.faults)
+        self.track = bool(self.process_kinds) or any(
+            f.kind == "worker_crash" for f in scenario.faults)
         self.metrics = StoreMetrics()
         self.store = LabStore(self.metrics.ended)
         self.metrics.attach(self.store)
@@ -105,8 +141,13 @@ class Simulation:
         self.alerts = self._make_alerts()
         self.idle: dict[simpy.Event, None] = {}
         self.workers: list[simpy.Process] = []
-        self.dead: set[int] = set()
-        self.attempts: dict[str, Task] = {}  # attempts in progress, for the heartbeat
+        self.dead: set[int] = set()  # crashed, or retired after being stuck
+        self.live = 0  # workers neither dead nor retired (stuck ones included)
+        self.stuck_bound = stuck_bound(self.limits)
+        #: Tasks whose previous attempt is stuck on a worker: no retry may start meanwhile
+        #: (unless their kind allows overlap); every claim skips them.
+        self.excluded: set[str] = set()
+        self.attempts: dict[str, tuple[Task, Slot]] = {}  # RUNNING attempts in progress
         self.watchdog_due = float("inf")
         self._watchdog: simpy.Process
         self.arrivals_left = 0
@@ -178,6 +219,9 @@ class Simulation:
             elif isinstance(step, CallStep):
                 ds = self.downstreams[step.call.downstream]
                 compiled.append((CALL, ds, step.call.count.sampler(rng)))
+            elif isinstance(step, HangStep):
+                hang = step.hang
+                compiled.append((HANG, hang.probability, rng.random, hang.duration.sampler(rng)))
         program = Program(compiled)
         self.programs.append(program)
         return program
@@ -248,19 +292,35 @@ class Simulation:
             del self.idle[event]
             event.succeed()
 
-    def worker(self, wid: str, number: int) -> Generator[simpy.Event, Any, None]:
+    def _start_worker(self) -> None:
+        number = len(self.workers)
+        slot = Slot(number)
+        slot.proc = self.env.process(self.worker(f"w{number + 1}", slot))
+        self.workers.append(slot.proc)
+        self.live += 1
+
+    def worker(self, wid: str, slot: Slot) -> Generator[simpy.Event, Any, None]:
         env = self.env
         claim = self.scheduler.claim
         n = self.sc.claim_batch
+        excluded = self.excluded
         sleeping: simpy.Event | None = None
         try:
             while True:
-                answer = claim(wid, env.now, n)
+                answer = claim(wid, env.now, n, excluded)
                 if answer.__class__ is Work:
                     if self.idle:
                         self._wake(1)  # pass the baton: more may be claimable
                     for task in answer.tasks:  # type: ignore[union-attr]
-                        yield from self.run_task(task)
+                        try:
+                            yield from self.run_task(task, slot)
+                        except simpy.Interrupt as stop:
+                            if stop.cause != KILLED:
+                                raise
+                            yield env.timeout(self.sc.process_respawn_s)
+                    if slot.retiring:
+                        self.dead.add(slot.number)
+                        return
                 else:
                     sleeping = self._sleep(answer.until)  # type: ignore[union-attr]
                     yield sleeping
@@ -268,28 +328,36 @@ class Simulation:
         except simpy.Interrupt:
             if sleeping is not None:
                 self.idle.pop(sleeping, None)
-            self.dead.add(number)
+            self.dead.add(slot.number)
+            self.live -= 1
 
     def dispatcher(self) -> Generator[simpy.Event, Any, None]:
         """Unbounded workers (open loop): every claimable task starts at once."""
         env = self.env
         while True:
-            answer = self.scheduler.claim("open", env.now, 10_000)
+            answer = self.scheduler.claim("open", env.now, 10_000, self.excluded)
             if answer.__class__ is Work:
                 for task in answer.tasks:  # type: ignore[union-attr]
-                    env.process(self.run_task(task))
+                    env.process(self._open_attempt(task))
             else:
                 yield self._sleep(answer.until)  # type: ignore[union-attr]
 
-    def run_task(self, task: Task) -> Generator[simpy.Event, Any, None]:
-        """One attempt: its steps in order, then `complete`. The DB step is inlined (as the
-        calls' admission is in `Downstream.call`): every level of `yield from` is paid again
-        on each resume."""
+    def _open_attempt(self, task: Task) -> Generator[simpy.Event, Any, None]:
+        """One attempt of the open loop, in its own process (a killed one just ends)."""
+        slot = Slot(-1)
+        slot.proc = self.env.active_process
+        with contextlib.suppress(simpy.Interrupt):
+            yield from self.run_task(task, slot)
+
+    def run_task(self, task: Task, slot: Slot) -> Generator[simpy.Event, Any, None]:
+        """One attempt on `slot`: its steps in order, then `complete`. The DB step is inlined
+        (as the calls' admission is in `Downstream.call`): every level of `yield from` is
+        paid again on each resume."""
         env = self.env
         stats = self.stats
         stats.attempts += 1
-        if self.leased:
-            self.attempts[task.task_id] = task
+        tid = task.task_id
+        self.attempts[tid] = (task, slot)
         if task.started_at + task.timeout + DEADLINE_SLACK_S < self.watchdog_due:  # type: ignore[operator]
             self.watchdog_due = 0.0  # a deadline before the watchdog's next look: wake it
             self._watchdog.interrupt("deadline")
@@ -334,20 +402,25 @@ class Simulation:
                             if track:
                                 held.pop()
                             pool.release()
-                else:  # the calls of a step, each with its retries
+                elif op == CALL:  # the calls of a step, each with its retries
                     ds = step[1]
                     for _ in range(int(step[2]() + 0.5)):
                         error = yield from ds.call(held, task)
                         if error is not None:
                             break
+                elif step[2]() < step[1]:  # a hang: blocks, deaf to cancellation
+                    yield env.timeout(step[3]())
                 if error is not None or (step is not last and self.scheduler.is_cancelled(task)):
                     break  # cooperative cancel between steps; after the last, complete() tells
         except simpy.Interrupt:
-            self.attempts.pop(task.task_id, None)
+            if self.attempts.get(tid, (None, None))[1] is slot:
+                del self.attempts[tid]
             self._abandon(held)
             raise
-        if self.leased:
-            del self.attempts[task.task_id]
+        if slot.stuck:
+            self._returned(task, slot)
+        else:
+            del self.attempts[tid]
         for entry in reversed(held):
             entry[1].release()
         answer = self.scheduler.complete(task, OK if error is None else Outcome.failure(error),
@@ -361,6 +434,47 @@ class Simulation:
                 self._check_finished()
         else:
             stats.lost_races += 1
+
+    # -- stuck workers -----------------------------------------------------------------------
+
+    def _moved_on(self, moved: list[Task]) -> None:
+        """The watchdog or the sweeper moved these RUNNING tasks on. An attempt still in
+        progress is killed with its process (executor: process; the worker is back after
+        `process_respawn_s`), or keeps its thread busy: stuck until its code returns."""
+        for new in moved:
+            attempt = self.attempts.pop(new.task_id, None)
+            if attempt is None:
+                continue  # not in progress here: a crashed worker's orphan
+            slot = attempt[1]
+            if new.kind in self.process_kinds:
+                self.stats.killed += 1
+                slot.proc.interrupt(KILLED)  # type: ignore[union-attr]
+            else:
+                self._stuck(new, slot)
+
+    def _stuck(self, task: Task, slot: Slot) -> None:
+        slot.stuck = True
+        stats = self.stats
+        stats.stuck_changed(self.env.now, +1)
+        if task.kind not in self.overlap_kinds:
+            self.excluded.add(task.task_id)
+        if slot.number >= 0 and stats.stuck <= self.stuck_bound:  # a replacement thread
+            stats.replaced += 1
+            self._start_worker()
+
+    def _returned(self, task: Task, slot: Slot) -> None:
+        """A stuck attempt's code returned: its task may be retried, and its worker retires
+        if the pool is at its target size without it."""
+        slot.stuck = False
+        stats = self.stats
+        stats.stuck_changed(self.env.now, -1)
+        self.excluded.discard(task.task_id)
+        if slot.number >= 0 and self.live - stats.stuck > self.sc.workers:  # type: ignore[operator]
+            slot.retiring = True
+            stats.retired += 1
+            self.live -= 1
+        if self.idle:
+            self._wake(1)
 
     def _pool_waited(self, task: Task, pool: Pool, granted: bool, since: float) -> None:
         now = self.env.now
@@ -390,7 +504,9 @@ class Simulation:
         scheduler = self.scheduler
         interval = self.limits.watchdog_interval_s
         while True:
-            if scheduler.expire(env.now):
+            moved = scheduler.expire(env.now)
+            if moved:
+                self._moved_on(moved)
                 self._wake(1)
                 self._check_finished()
             wait = scheduler.watchdog_wait(env.now, interval)
@@ -407,14 +523,16 @@ class Simulation:
         while True:
             yield env.timeout(interval)
             now = env.now
-            for task in list(self.attempts.values()):
+            for task, _ in list(self.attempts.values()):
                 heartbeat(task, now)
 
     def sweeper(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         while True:
             yield env.timeout(self.sc.sweeper.interval_s)
-            if self.scheduler.sweep(env.now):
+            moved = self.scheduler.sweep(env.now)
+            if moved:
+                self._moved_on(moved)
                 self._wake(1)
                 self._check_finished()
 
@@ -458,8 +576,8 @@ class Simulation:
         if workers == "unbounded":
             env.process(self.dispatcher())
         else:
-            for i in range(int(workers)):
-                self.workers.append(env.process(self.worker(f"w{i + 1}", i)))
+            for _ in range(int(workers)):
+                self._start_worker()
         self._watchdog = env.process(self.watchdog())
         if self.leased:  # without a lease, renewals change nothing
             env.process(self.heartbeat(heartbeat_interval(self.limits)))
@@ -475,6 +593,7 @@ class Simulation:
             env.run(until=self.finished)
         if self.business is not None:
             self.business.stopped = True
+        self.stats.stuck_changed(env.now, 0)  # close the stuck count's integral
         self.alerts.evaluate(env.now)
         if self.on_sample is not None:
             self.on_sample(self)

@@ -58,6 +58,16 @@ class _Live(dict[str, Task]):
         return _FORGOTTEN
 
 
+class _NoIndex(dict[str, list[str]]):
+    """A trace-id index that keeps nothing: the simulator never looks a task up by trace id,
+    and a list per task was a tenth of the store's memory. `LabStore.find` scans instead."""
+
+    __slots__ = ()
+
+    def __missing__(self, trace_id: str) -> list[str]:
+        return []
+
+
 class LabStore(MemoryStore):
     """MemoryStore that keeps only live tasks (and keyed ones); see the module docstring.
 
@@ -68,6 +78,7 @@ class LabStore(MemoryStore):
     def __init__(self, on_end: Callable[[str, float, float], None] | None = None) -> None:
         super().__init__()
         self._tasks = _Live()
+        self._by_trace = _NoIndex()  # type: ignore[assignment]
         self._ended: list[tuple[object, ...]] = []
         self._on_end = on_end
         #: Tasks per status, live and ended: the store's own counters (read, never written).
@@ -90,11 +101,11 @@ class LabStore(MemoryStore):
                             task.depends_on))
         if task.idempotency_key is None:
             del self._tasks[tid]
-            same_trace = self._by_trace[task.trace_id]
-            if len(same_trace) == 1:
-                del self._by_trace[task.trace_id]
-            else:
-                same_trace.remove(tid)
+
+    def find(self, id_or_trace: str) -> list[Task]:
+        """Live tasks by id or trace id: a scan (the simulator keeps no trace index)."""
+        return [t for t in self._tasks.values()
+                if id_or_trace in (t.task_id, t.trace_id)]
 
     def dependents(self, task_id: str) -> list[Task]:
         live = self._tasks

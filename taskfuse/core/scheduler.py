@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count
@@ -221,9 +222,20 @@ class Scheduler:
             return _NOTHING
         return frozenset(g.name for g in gated if g.blocks(now))
 
-    def claim(self, worker_id: str, now: float, n: int = 1) -> Work | Idle:
+    def claim(self, worker_id: str, now: float, n: int = 1,
+              exclude: AbstractSet[str] = _NOTHING) -> Work | Idle:
+        """Up to `n` ready tasks for `worker_id`, or how long to stay idle.
+
+        `exclude` names tasks this claim must skip even when ready: a driver passes the
+        tasks whose previous attempt still occupies one of its threads (timed out or
+        canceled, but its code has not returned), so a retry never overlaps it unless the
+        kind allows it (`kinds.KIND.overlap`). Only a non-empty set reaches the store.
+        """
         blocked = self.blocked(now) if self._gated else _NOTHING
-        tasks = self.store.claim(worker_id, now, n, blocked)
+        if exclude:
+            tasks = self.store.claim(worker_id, now, n, blocked, exclude)
+        else:
+            tasks = self.store.claim(worker_id, now, n, blocked)
         if not tasks:
             return Idle(self.next_claimable_at(now))
         emit = self.emit

@@ -14,6 +14,7 @@ Every implementation (memory, SQLite, PostgreSQL) honours the same contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Protocol, runtime_checkable
 
 from taskfuse.core.states import TaskStatus
@@ -37,9 +38,11 @@ class Store(Protocol):
         ...
 
     def claim(
-        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
+        exclude: AbstractSet[str] = frozenset(),
     ) -> list[Task]:
-        """Move up to `limit` ready tasks to RUNNING for `worker_id`."""
+        """Move up to `limit` ready tasks to RUNNING for `worker_id`, skipping the task ids
+        in `exclude` (they stay ready for a later claim)."""
         ...
 
     def overdue(self, now: float) -> list[Task]:

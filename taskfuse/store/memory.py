@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import count
 
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
@@ -174,12 +175,14 @@ class MemoryStore:
     # -- claiming --------------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset()
+        self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
+        exclude: AbstractSet[str] = frozenset(),
     ) -> list[Task]:
         delayed = self._delayed
         if delayed and delayed[0][0] <= now:
             self._promote(now)
         claimed: list[Task] = []
+        skipped: list[tuple[LaneKey, tuple[int, float, int, str, int]]] = []
         tasks = self._tasks
         lanes = self._lanes
         while len(claimed) < limit:
@@ -187,13 +190,19 @@ class MemoryStore:
             if lane is None:
                 break
             heap = lanes[lane]
-            task = tasks[heapq.heappop(heap)[3]]
+            entry = heapq.heappop(heap)
             if not heap:
                 del lanes[lane]
+            if exclude and entry[3] in exclude:
+                skipped.append((lane, entry))
+                continue
+            task = tasks[entry[3]]
             new = move(task, _CLAIM, now)
             new.worker_id = worker_id  # not yet stored: still ours to finish
             self._started(new)
             claimed.append(new)
+        for lane, entry in skipped:  # back in place: ready for a claim that may take them
+            heapq.heappush(lanes.setdefault(lane, []), entry)
         return claimed
 
     def _started(self, new: Task) -> None:
