@@ -90,7 +90,7 @@ class Downstream(CallCounters):
 
     def __init__(
         self, env: simpy.Environment, name: str, spec: DownstreamSpec, guard: Guard,
-        provider: Provider, retry_rng: random.Random,
+        provider: Provider, retry_rng: random.Random, track: bool = True,
     ) -> None:
         self.env = env
         self.name = name
@@ -105,18 +105,22 @@ class Downstream(CallCounters):
         #: Where a failed attempt is reported for the task's history (the trace), if anywhere.
         self.detail: Callable[[Event], None] | None = None
         self.paced = 0
+        #: Whether a call notes in the task's `held` what it holds: only a crash needs it.
+        self.track = track
         super().__init__()
 
     def call(self, held: list[Any], task: Task) -> Generator[simpy.Event, Any, str | None]:
         """One logical call with its retries; None on success, else the final error kind.
 
-        `held` is the task's list of things to give back if its worker dies mid-call. The
+        `held` is the task's list of things to give back if its worker dies mid-call (kept
+        only when `track`: without a crash fault nothing can interrupt a call). The
         admission is inlined rather than a sub-generator: every level of `yield from` is paid
         again on each resume, and calls are the hottest path of a simulation.
         """
         env = self.env
         guard = self.guard
         passthrough = guard.passthrough
+        track = self.track
         retry = 0
         previous: float | None = None
         while True:
@@ -129,23 +133,29 @@ class Downstream(CallCounters):
                 if answer is not GO:
                     if answer is QUEUED:
                         waiter.event = env.event()
-                        held.append(("queued", self, waiter))
+                        if track:
+                            held.append(("queued", self, waiter))
                         yield waiter.event
-                        held.pop()
+                        if track:
+                            held.pop()
                         answer = guard.resume(env.now)
                     elif isinstance(answer, Rejected):
                         self.rejected += 1  # never sent: no CALL event (as in the runtime)
                         return ErrorKind.BREAKER_OPEN
                     if isinstance(answer, Pace):
                         self.paced += 1
-                        held.append(("paced", self, waiter))
+                        if track:
+                            held.append(("paced", self, waiter))
                         yield env.timeout(answer.wait)
-                        held.pop()
-            held.append(("inflight", self, waiter))
+                        if track:
+                            held.pop()
+            if track:
+                held.append(("inflight", self, waiter))
             start = env.now
             self.sent(start)
             error = yield from self.provider.request(self.timeout)
-            held.pop()
+            if track:
+                held.pop()
             now = env.now
             latency = now - start
             self.received(error, latency)

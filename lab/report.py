@@ -40,8 +40,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     makespan = sim.ended_at if sim.ended_at is not None else sim.now
     ended = sum(tasks[s] for s in ("SUCCESS", "FAILED", "TIMEOUT", "CANCELED"))
     durations = [d for ds in sim.metrics.durations.values() for d in ds]
-    store_tasks = sim.scheduler.store.all_tasks()
-    retries = sum(t.retry_count for t in store_tasks)
+    retries = sum(r.retry_count for r in sim.task_records())
     report: dict[str, Any] = {
         "scenario": sc.name,
         "seed": sim.seed,
@@ -58,6 +57,8 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "late_results_discarded": sim.stats.lost_races,
         "duplicates_submitted": sim.stats.duplicates,
         "workers_crashed": sim.stats.crashed_workers,
+        "stuck_workers": _stuck(sim.stats, sim.now),
+        "workers_killed": sim.stats.killed,
         "wait_s": _summary(sim.stats.first_waits),
         "run_s": _summary(durations),
         "downstreams": {name: _downstream(sim, name) for name in sim.downstreams},
@@ -70,6 +71,17 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     }
     report["slo"] = check_slo(sim, report)
     return report
+
+
+def _stuck(stats: Any, now: float) -> dict[str, Any]:
+    """Workers busy with an attempt that was timed out (or canceled) but has not returned:
+    at most at once, on average over the run, and how many were replaced or retired."""
+    return {
+        "peak": stats.stuck_peak,
+        "mean": _r(stats.stuck_area / now if now else 0.0),
+        "replaced": stats.replaced,
+        "retired": stats.retired,
+    }
 
 
 def _downstream(sim: Simulation, name: str) -> dict[str, Any]:
@@ -188,6 +200,10 @@ def render_text(report: dict[str, Any]) -> str:
         f"{t['PENDING']}  RUNNING {t['RUNNING']}",
         f"attempts        {r['attempts']}  (retries {r['retries']}, deferred by breaker "
         f"{r['deferred']}, late results discarded {r['late_results_discarded']})",
+        f"stuck workers   peak {r['stuck_workers']['peak']}  mean "
+        f"{_fmt(r['stuck_workers']['mean'])}  (replaced {r['stuck_workers']['replaced']}, "
+        f"retired {r['stuck_workers']['retired']}; worker processes killed "
+        f"{r['workers_killed']})",
         f"queue wait      mean {_fmt(r['wait_s']['mean'], ' s')}  p50 "
         f"{_fmt(r['wait_s']['p50'], ' s')}  p99 {_fmt(r['wait_s']['p99'], ' s')}",
         f"run time        mean {_fmt(r['run_s']['mean'], ' s')}  p50 "

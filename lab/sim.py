@@ -8,7 +8,10 @@ processes calling `expire` and `sweep`. No delay, limit or next state is compute
 Keeping it fast (DESIGN.md): one process per worker; steps and calls are `yield from`
 sub-generators; a simpy event is created only when something really waits (a free connection
 or permit costs none); idle workers are woken one at a time, each passing the baton on when
-it found work, so there is no thundering herd and no polling.
+it found work, so there is no thundering herd and no polling. What a scenario does not use
+costs nothing: the store forgets ended tasks (lab/store.py) and keeps the metrics, so
+without a trace no event is built; renewals run only under a lease, and the bookkeeping that
+lets a crashed worker give back what it held only when a crash fault exists.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
 from lab.model.business import BusinessTraffic
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT, Pool
 from lab.model.provider import Provider
-from lab.scenario import BatchSpec, CallStep, DbStep, Scenario, Step, WorkStep
+from lab.scenario import BatchSpec, CallStep, DbStep, HangStep, Scenario, Step, WorkStep
+from lab.store import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.events import Event, EventKind
-from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
+from taskfuse.core.metrics import AlertEvaluator
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Outcome, Task, TaskSpec
@@ -41,13 +45,15 @@ from taskfuse.limits.build import (
     build_scheduler,
     heartbeat_interval,
     running_limit,
+    stuck_bound,
 )
-from taskfuse.store.memory import MemoryStore
 from taskfuse.tuning import collect_rarely
 
-WORK, DB, CALL = 0, 1, 2
+WORK, DB, CALL, HANG = 0, 1, 2, 3
 OK = Outcome.success(None)
 _PENDING = TaskStatus.PENDING
+#: The cause of the interrupt that kills a `process` executor's worker process.
+KILLED = "killed"
 
 
 @dataclass
@@ -68,6 +74,34 @@ class RunStats:
     submitted: int = 0
     duplicates: int = 0
     crashed_workers: int = 0
+    #: Stuck workers (busy with an attempt whose record moved on): now, at most, and the
+    #: time integral of the count (its mean is stuck_area / simulated time).
+    stuck: int = 0
+    stuck_peak: int = 0
+    stuck_area: float = 0.0
+    stuck_since: float = 0.0
+    replaced: int = 0  # workers started to replace stuck ones
+    retired: int = 0  # stuck workers that left when they returned to a full pool
+    killed: int = 0  # worker processes killed at a timeout (executor: process)
+
+    def stuck_changed(self, now: float, delta: int) -> None:
+        self.stuck_area += self.stuck * (now - self.stuck_since)
+        self.stuck_since = now
+        self.stuck += delta
+        if self.stuck > self.stuck_peak:
+            self.stuck_peak = self.stuck
+
+
+class Slot:
+    """One simulated worker (a thread, or the process a `process` kind runs in)."""
+
+    __slots__ = ("number", "proc", "retiring", "stuck")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.proc: simpy.Process | None = None
+        self.stuck = False
+        self.retiring = False
 
 
 class Simulation:
@@ -85,7 +119,18 @@ class Simulation:
         self.seed = scenario.seed if seed is None else seed
         self.env = simpy.Environment()
         self.limits = scenario.limits()
-        self.metrics = MetricsAggregator()
+        kinds = self.limits.kinds
+        self.process_kinds = {k for k, spec in kinds.items() if spec.executor == "process"}
+        self.overlap_kinds = {k for k, spec in kinds.items() if spec.overlap}
+        #: What a scenario does not use costs nothing: renewals only under a lease, and the
+        #: bookkeeping that lets a worker give back what it held only when one can be
+        #: interrupted (a crash fault, or a `process` kind killed at its timeout).
+        self.leased = self.limits.sweeper.lease_s is not None
+        self.track = bool(self.process_kinds) or any(
+            f.kind == "worker_crash" for f in scenario.faults)
+        self.metrics = StoreMetrics()
+        self.store = LabStore(self.metrics.ended)
+        self.metrics.attach(self.store)
         self.scheduler = self._make_scheduler(sinks or [])
         self.pools = {name: Pool(self.env, name, spec) for name, spec in scenario.pools.items()}
         self.downstreams = {name: self._make_downstream(name, spec)
@@ -96,8 +141,13 @@ class Simulation:
         self.alerts = self._make_alerts()
         self.idle: dict[simpy.Event, None] = {}
         self.workers: list[simpy.Process] = []
-        self.dead: set[int] = set()
-        self.attempts: dict[str, Task] = {}  # attempts in progress, for the heartbeat
+        self.dead: set[int] = set()  # crashed, or retired after being stuck
+        self.live = 0  # workers neither dead nor retired (stuck ones included)
+        self.stuck_bound = stuck_bound(self.limits)
+        #: Tasks whose previous attempt is stuck on a worker: no retry may start meanwhile
+        #: (unless their kind allows overlap); every claim skips them.
+        self.excluded: set[str] = set()
+        self.attempts: dict[str, tuple[Task, Slot]] = {}  # RUNNING attempts in progress
         self.watchdog_due = float("inf")
         self._watchdog: simpy.Process
         self.arrivals_left = 0
@@ -124,15 +174,17 @@ class Simulation:
 
     def _make_scheduler(self, sinks: list[Callable[[Event], None]]) -> Scheduler:
         # The lab simulates the whole fleet as one pool of workers: every limit whole. Guards
-        # are added by _make_downstream, which pairs each with its provider.
-        return build_scheduler(self.limits, MemoryStore(), rng=self.rng("scheduler"),
-                               sinks=[self.metrics, *sinks], whole_fleet=True, downstreams={})
+        # are added by _make_downstream, which pairs each with its provider. The metrics come
+        # from the store, so without a trace (or a caller's sink) no event is built at all.
+        return build_scheduler(self.limits, self.store, rng=self.rng("scheduler"),
+                               sinks=sinks, whole_fleet=True, downstreams={})
 
     def _make_downstream(self, name: str, spec: Any) -> Downstream:
         guard = self.scheduler.add_guard(build_guard(name, spec.client, 0.0, whole_fleet=True))
         provider = Provider(self.env, name, spec.provider, self.rng(f"latency:{name}"),
                             self.rng(f"errors:{name}"))
-        return Downstream(self.env, name, spec, guard, provider, self.rng(f"retry:{name}"))
+        return Downstream(self.env, name, spec, guard, provider, self.rng(f"retry:{name}"),
+                          track=self.track)
 
     def _make_business(self) -> BusinessTraffic | None:
         spec = self.sc.business
@@ -167,6 +219,9 @@ class Simulation:
             elif isinstance(step, CallStep):
                 ds = self.downstreams[step.call.downstream]
                 compiled.append((CALL, ds, step.call.count.sampler(rng)))
+            elif isinstance(step, HangStep):
+                hang = step.hang
+                compiled.append((HANG, hang.probability, rng.random, hang.duration.sampler(rng)))
         program = Program(compiled)
         self.programs.append(program)
         return program
@@ -237,19 +292,35 @@ class Simulation:
             del self.idle[event]
             event.succeed()
 
-    def worker(self, wid: str, number: int) -> Generator[simpy.Event, Any, None]:
+    def _start_worker(self) -> None:
+        number = len(self.workers)
+        slot = Slot(number)
+        slot.proc = self.env.process(self.worker(f"w{number + 1}", slot))
+        self.workers.append(slot.proc)
+        self.live += 1
+
+    def worker(self, wid: str, slot: Slot) -> Generator[simpy.Event, Any, None]:
         env = self.env
         claim = self.scheduler.claim
         n = self.sc.claim_batch
+        excluded = self.excluded
         sleeping: simpy.Event | None = None
         try:
             while True:
-                answer = claim(wid, env.now, n)
+                answer = claim(wid, env.now, n, excluded)
                 if answer.__class__ is Work:
                     if self.idle:
                         self._wake(1)  # pass the baton: more may be claimable
                     for task in answer.tasks:  # type: ignore[union-attr]
-                        yield from self.run_task(task)
+                        try:
+                            yield from self.run_task(task, slot)
+                        except simpy.Interrupt as stop:
+                            if stop.cause != KILLED:
+                                raise
+                            yield env.timeout(self.sc.process_respawn_s)
+                    if slot.retiring:
+                        self.dead.add(slot.number)
+                        return
                 else:
                     sleeping = self._sleep(answer.until)  # type: ignore[union-attr]
                     yield sleeping
@@ -257,89 +328,159 @@ class Simulation:
         except simpy.Interrupt:
             if sleeping is not None:
                 self.idle.pop(sleeping, None)
-            self.dead.add(number)
+            self.dead.add(slot.number)
+            self.live -= 1
 
     def dispatcher(self) -> Generator[simpy.Event, Any, None]:
         """Unbounded workers (open loop): every claimable task starts at once."""
         env = self.env
         while True:
-            answer = self.scheduler.claim("open", env.now, 10_000)
+            answer = self.scheduler.claim("open", env.now, 10_000, self.excluded)
             if answer.__class__ is Work:
                 for task in answer.tasks:  # type: ignore[union-attr]
-                    env.process(self.run_task(task))
+                    env.process(self._open_attempt(task))
             else:
                 yield self._sleep(answer.until)  # type: ignore[union-attr]
 
-    def run_task(self, task: Task) -> Generator[simpy.Event, Any, None]:
+    def _open_attempt(self, task: Task) -> Generator[simpy.Event, Any, None]:
+        """One attempt of the open loop, in its own process (a killed one just ends)."""
+        slot = Slot(-1)
+        slot.proc = self.env.active_process
+        with contextlib.suppress(simpy.Interrupt):
+            yield from self.run_task(task, slot)
+
+    def run_task(self, task: Task, slot: Slot) -> Generator[simpy.Event, Any, None]:
+        """One attempt on `slot`: its steps in order, then `complete`. The DB step is inlined
+        (as the calls' admission is in `Downstream.call`): every level of `yield from` is
+        paid again on each resume."""
         env = self.env
         stats = self.stats
         stats.attempts += 1
-        self.attempts[task.task_id] = task
+        tid = task.task_id
+        self.attempts[tid] = (task, slot)
         if task.started_at + task.timeout + DEADLINE_SLACK_S < self.watchdog_due:  # type: ignore[operator]
             self.watchdog_due = 0.0  # a deadline before the watchdog's next look: wake it
             self._watchdog.interrupt("deadline")
         if task.version == 1:
             stats.first_waits.append(env.now - task.created_at)
-        program = self.programs[task.payload]
+        steps = self.programs[task.payload].steps
+        track = self.track
+        # What the attempt must give back: connections kept for the whole task, and, when a
+        # crash can interrupt the worker (`track`), every wait and connection in progress.
         held: list[tuple[Any, ...]] = []
         error: str | None = None
-        last = program.steps[-1]
+        last = steps[-1]
         try:
-            for step in program.steps:
+            for step in steps:
                 op = step[0]
                 if op == WORK:
                     yield env.timeout(step[1]())
                 elif op == DB:
-                    error = yield from self._db(task, step, held)
-                else:  # the calls of a step, each with its retries
+                    _, pool, query, whole = step
+                    now = env.now
+                    if pool.outages and pool.down(now):
+                        pool.refused += 1
+                        error = DB_UNAVAILABLE
+                    elif pool.bulkhead.try_acquire_nowait():
+                        pool.waits.append(0.0)
+                    else:
+                        event = pool.wait_event(now)
+                        if track:
+                            held.append(("poolwait", pool, event))
+                        granted = yield event
+                        if track:
+                            held.pop()
+                        if self.detail is not None:
+                            self._pool_waited(task, pool, granted, now)
+                        if not granted:
+                            error = POOL_TIMEOUT
+                    if error is None:
+                        if whole or track:
+                            held.append(("conn", pool))
+                        yield env.timeout(query())
+                        if not whole:
+                            if track:
+                                held.pop()
+                            pool.release()
+                elif op == CALL:  # the calls of a step, each with its retries
                     ds = step[1]
                     for _ in range(int(step[2]() + 0.5)):
                         error = yield from ds.call(held, task)
                         if error is not None:
                             break
+                elif step[2]() < step[1]:  # a hang: blocks, deaf to cancellation
+                    yield env.timeout(step[3]())
                 if error is not None or (step is not last and self.scheduler.is_cancelled(task)):
                     break  # cooperative cancel between steps; after the last, complete() tells
         except simpy.Interrupt:
-            self.attempts.pop(task.task_id, None)
+            if self.attempts.get(tid, (None, None))[1] is slot:
+                del self.attempts[tid]
             self._abandon(held)
             raise
-        self.attempts.pop(task.task_id, None)
-        self._release(held)
-        self._complete(task, OK if error is None else Outcome.failure(error))
-
-    def _db(self, task: Task, step: tuple[Any, ...], held: list[tuple[Any, ...]]
-            ) -> Generator[simpy.Event, Any, str | None]:
-        _, pool, query, whole = step
-        env = self.env
-        now = env.now
-        if pool.outages and pool.down(now):
-            pool.refused += 1
-            return DB_UNAVAILABLE
-        if pool.bulkhead.try_acquire_nowait():
-            pool.waits.append(0.0)
+        if slot.stuck:
+            self._returned(task, slot)
         else:
-            event = pool.wait_event(now)
-            held.append(("poolwait", pool, event))
-            granted = yield event
-            held.pop()
-            if self.detail is not None:
-                self.detail(Event(env.now, EventKind.WAIT, task.task_id, task.batch_id,
-                                  task.trace_id,
-                                  None, None, "pool" if granted else POOL_TIMEOUT,
-                                  task.retry_count + 1, task.worker_id, pool.name, env.now - now))
-            if not granted:
-                return POOL_TIMEOUT
-        held.append(("conn", pool))
-        yield env.timeout(query())
-        if not whole:
-            held.pop()
-            pool.release()
-        return None
-
-    def _release(self, held: list[tuple[Any, ...]]) -> None:
+            del self.attempts[tid]
         for entry in reversed(held):
             entry[1].release()
-        held.clear()
+        answer = self.scheduler.complete(task, OK if error is None else Outcome.failure(error),
+                                         env.now)
+        if answer.__class__ is Completed:
+            if answer.task.status is _PENDING and answer.task.retry_count == task.retry_count:  # type: ignore[union-attr]
+                stats.deferred += 1
+            if self.idle:
+                self._wake(1)
+            if self.arrivals_left == 0:
+                self._check_finished()
+        else:
+            stats.lost_races += 1
+
+    # -- stuck workers -----------------------------------------------------------------------
+
+    def _moved_on(self, moved: list[Task]) -> None:
+        """The watchdog or the sweeper moved these RUNNING tasks on. An attempt still in
+        progress is killed with its process (executor: process; the worker is back after
+        `process_respawn_s`), or keeps its thread busy: stuck until its code returns."""
+        for new in moved:
+            attempt = self.attempts.pop(new.task_id, None)
+            if attempt is None:
+                continue  # not in progress here: a crashed worker's orphan
+            slot = attempt[1]
+            if new.kind in self.process_kinds:
+                self.stats.killed += 1
+                slot.proc.interrupt(KILLED)  # type: ignore[union-attr]
+            else:
+                self._stuck(new, slot)
+
+    def _stuck(self, task: Task, slot: Slot) -> None:
+        slot.stuck = True
+        stats = self.stats
+        stats.stuck_changed(self.env.now, +1)
+        if task.kind not in self.overlap_kinds:
+            self.excluded.add(task.task_id)
+        if slot.number >= 0 and stats.stuck <= self.stuck_bound:  # a replacement thread
+            stats.replaced += 1
+            self._start_worker()
+
+    def _returned(self, task: Task, slot: Slot) -> None:
+        """A stuck attempt's code returned: its task may be retried, and its worker retires
+        if the pool is at its target size without it."""
+        slot.stuck = False
+        stats = self.stats
+        stats.stuck_changed(self.env.now, -1)
+        self.excluded.discard(task.task_id)
+        if slot.number >= 0 and self.live - stats.stuck > self.sc.workers:  # type: ignore[operator]
+            slot.retiring = True
+            stats.retired += 1
+            self.live -= 1
+        if self.idle:
+            self._wake(1)
+
+    def _pool_waited(self, task: Task, pool: Pool, granted: bool, since: float) -> None:
+        now = self.env.now
+        self.detail(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,  # type: ignore[misc]
+                          None, None, "pool" if granted else POOL_TIMEOUT, task.retry_count + 1,
+                          task.worker_id, pool.name, now - since))
 
     def _abandon(self, held: list[tuple[Any, ...]]) -> None:
         """A crashed worker's connections are closed by the database; its waits end."""
@@ -353,16 +494,6 @@ class Simulation:
                 entry[1].abandon(kind, entry[2])
         held.clear()
 
-    def _complete(self, task: Task, outcome: Outcome) -> None:
-        answer = self.scheduler.complete(task, outcome, self.env.now)
-        if answer.__class__ is Completed:
-            if answer.task.status is _PENDING and answer.task.retry_count == task.retry_count:  # type: ignore[union-attr]
-                self.stats.deferred += 1
-            self._wake(1)
-            self._check_finished()
-        else:
-            self.stats.lost_races += 1
-
     # -- periodic processes ----------------------------------------------------------------
 
     def watchdog(self) -> Generator[simpy.Event, Any, None]:
@@ -373,7 +504,9 @@ class Simulation:
         scheduler = self.scheduler
         interval = self.limits.watchdog_interval_s
         while True:
-            if scheduler.expire(env.now):
+            moved = scheduler.expire(env.now)
+            if moved:
+                self._moved_on(moved)
                 self._wake(1)
                 self._check_finished()
             wait = scheduler.watchdog_wait(env.now, interval)
@@ -390,14 +523,16 @@ class Simulation:
         while True:
             yield env.timeout(interval)
             now = env.now
-            for task in list(self.attempts.values()):
+            for task, _ in list(self.attempts.values()):
                 heartbeat(task, now)
 
     def sweeper(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         while True:
             yield env.timeout(self.sc.sweeper.interval_s)
-            if self.scheduler.sweep(env.now):
+            moved = self.scheduler.sweep(env.now)
+            if moved:
+                self._moved_on(moved)
                 self._wake(1)
                 self._check_finished()
 
@@ -441,10 +576,10 @@ class Simulation:
         if workers == "unbounded":
             env.process(self.dispatcher())
         else:
-            for i in range(int(workers)):
-                self.workers.append(env.process(self.worker(f"w{i + 1}", i)))
+            for _ in range(int(workers)):
+                self._start_worker()
         self._watchdog = env.process(self.watchdog())
-        if self.limits.sweeper.lease_s is not None:  # without a lease, renewals change nothing
+        if self.leased:  # without a lease, renewals change nothing
             env.process(self.heartbeat(heartbeat_interval(self.limits)))
         env.process(self.sweeper())
         env.process(self.sampler())
@@ -458,11 +593,16 @@ class Simulation:
             env.run(until=self.finished)
         if self.business is not None:
             self.business.stopped = True
+        self.stats.stuck_changed(env.now, 0)  # close the stuck count's integral
         self.alerts.evaluate(env.now)
         if self.on_sample is not None:
             self.on_sample(self)
         self.wall_s = time.perf_counter() - started
         return self
+
+    def task_records(self) -> list[TaskRecord]:
+        """One flat record per task submitted (deduplicated): how each ended, or where it is."""
+        return self.store.records()
 
     @property
     def now(self) -> float:

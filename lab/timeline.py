@@ -19,7 +19,7 @@ NAN = None  # written as null; readers see NaN
 
 
 def series_names(sim: Simulation) -> list[str]:
-    names = ["queue_depth", "running", "running_limit", "submitted"]
+    names = ["queue_depth", "running", "running_limit", "stuck", "submitted"]
     names += [f"done.{s.value}" for s in DONE]
     names += ["throughput", "success_rate", "alerts.firing"]
     for ds in sim.downstreams:
@@ -75,8 +75,9 @@ class TimelineRecorder:
         throughput = (done - self._last_done) / self.interval
         self._last_done = done
         workers = sim.sc.workers
-        limit = len(sim.workers) - len(sim.dead) if isinstance(workers, int) else NAN
-        row: list[Any] = [m.queue_depth, m.running, limit, sim.stats.submitted]
+        stuck = sim.stats.stuck
+        limit = (len(sim.workers) - len(sim.dead) - stuck) if isinstance(workers, int) else NAN
+        row: list[Any] = [m.queue_depth, m.running, limit, stuck, sim.stats.submitted]
         row += [counts[s.value] for s in DONE]
         row += [throughput, _num(m.success_rate), len(sim.alerts.firing)]
         for name, ds in sim.downstreams.items():

@@ -22,7 +22,9 @@ Frame types:
 
 Standard series (a writer includes those that apply; readers must tolerate missing ones):
 
-* ``queue_depth``, ``running``, ``running_limit`` (worker count), ``submitted``,
+* ``queue_depth``, ``running``, ``running_limit`` (workers able to take a task: live and not
+  stuck), ``stuck`` (workers still busy with an attempt that was timed out or canceled:
+  threads that cannot be killed), ``submitted``,
   ``done.SUCCESS`` / ``done.FAILED`` / ``done.TIMEOUT`` / ``done.CANCELED`` (cumulative),
   ``throughput`` (tasks ended per second over the last interval), ``success_rate``,
   ``alerts.firing`` (how many alert rules fire);

@@ -1,34 +1,78 @@
 """CI's regression gate: stable figures against the committed baseline (benchmarks/).
 
-Deterministic counts may not grow, every shipped scenario keeps its exit code and headline
-numbers, and the lab stays within its wall-time ratio to the minimal model measured in this
-same run. `make baseline` rewrites the baseline on purpose.
+Deterministic figures are held exactly (simpy events of the lab and of the minimal model,
+calls per cycle, statements per task, every shipped scenario's report), a shipped scenario
+must be in the baseline, and the lab stays within its wall-time ratio to the minimal model
+measured in this same run. `make baseline` rewrites the baseline on purpose.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 
 from benchmarks import regression
 
+SHIPPED = sorted(p.name for p in (regression.ROOT / "scenarios").glob("*.yaml"))
+
+
+def _base() -> dict:
+    return json.loads(regression.BASELINE.read_text())
+
 
 def test_no_regression_against_the_committed_baseline() -> None:
-    base = json.loads(regression.BASELINE.read_text())
     now = regression.measure()
-    assert regression.compare(now, base) == []
+    assert set(now) == set(regression.FIGURES)
+    assert regression.compare(now, _base()) == []
+
+
+def test_every_shipped_scenario_is_in_the_baseline() -> None:
+    assert sorted(_base()["scenarios"]) == SHIPPED
 
 
 def test_incident_breaks_and_fix_keeps_their_slos_in_the_baseline() -> None:
-    base = json.loads(regression.BASELINE.read_text())["scenarios"]
+    base = _base()["scenarios"]
     assert base["incident.yaml"]["exit"] == 1
     assert base["incident-fixed.yaml"]["exit"] == 0
 
 
-def test_compare_reports_a_grown_count_and_a_changed_exit_code() -> None:
-    base = json.loads(regression.BASELINE.read_text())
-    worse = json.loads(json.dumps(base))
-    worse["core_calls_per_cycle"] = base["core_calls_per_cycle"] * 1.2
+def test_deterministic_figures_are_held_exactly() -> None:
+    base = _base()
+    worse = copy.deepcopy(base)
+    worse["simpy_events"]["minimal"] += 1
+    worse["core_calls_per_cycle"] = base["core_calls_per_cycle"] + 0.01
     worse["scenarios"]["incident.yaml"]["exit"] = 0
+    worse["scenarios"]["retry-storm.yaml"]["report_sha256"] = "0" * 64
     problems = regression.compare(worse, base)
-    assert any("core calls per claim+complete" in p for p in problems)
-    assert any("incident.yaml: lab simulate exits 0" in p for p in problems)
+    assert len(problems) == 4
+    assert any(p.startswith("simpy_events.minimal:") for p in problems)
+    assert any(p.startswith("core_calls_per_cycle:") for p in problems)
+    assert any("incident.yaml.exit: 0 vs baseline 1" in p for p in problems)
+    assert any("retry-storm.yaml.report_sha256" in p for p in problems)
+
+
+def test_a_scenario_missing_from_the_baseline_fails_and_so_does_one_gone() -> None:
+    base = _base()
+    now = copy.deepcopy(base)
+    now["scenarios"]["brand-new.yaml"] = dict(base["scenarios"]["incident.yaml"])
+    del now["scenarios"]["seed-demo.yaml"]
+    problems = regression.compare(now, base)
+    assert any("brand-new.yaml is shipped but not in the baseline" in p for p in problems)
+    assert any("seed-demo.yaml is in the baseline but no longer shipped" in p for p in problems)
+
+
+def test_a_figure_missing_from_the_baseline_fails() -> None:
+    base = _base()
+    del base["sqlite_statements_per_task"]
+    problems = regression.compare(_base(), base)
+    assert problems == ["sqlite_statements_per_task: not in the baseline (run `make baseline`)"]
+
+
+def test_the_wall_ratio_has_its_slack_and_no_more() -> None:
+    base = _base()
+    limit = base["lab_over_minimal_wall"] * regression.RATIO_SLACK
+    within = dict(base, lab_over_minimal_wall=round(limit - 0.001, 3))
+    beyond = dict(base, lab_over_minimal_wall=round(limit + 0.01, 3))
+    assert regression.compare(within, base) == []
+    assert [p.split(":")[0] for p in regression.compare(beyond, base)] == [
+        "lab_over_minimal_wall"]

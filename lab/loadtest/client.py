@@ -27,7 +27,7 @@ import httpx
 from lab.calls import CallCounters
 from lab.loadtest.pools import PoolError, RealPool
 from lab.model.provider import TIMEOUT
-from lab.scenario import CallStep, DbStep, Step, WorkStep
+from lab.scenario import CallStep, DbStep, HangStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
 from taskfuse.core.retry import ErrorKind
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
@@ -172,6 +172,10 @@ class Programs:
             db = step.db
             return self._db(self.pools[db.pool], self._sampler(db.query.sampler(rng)),
                             db.hold == "whole_task")
+        if isinstance(step, HangStep):
+            hang = step.hang
+            return self._hang(hang.probability, self._sampler(rng.random),
+                              self._sampler(hang.duration.sampler(rng)))
         assert isinstance(step, CallStep)
         return self._calls(self.clients[step.call.downstream],
                            self._sampler(step.call.count.sampler(rng)))
@@ -201,6 +205,15 @@ class Programs:
                 held.pop()
                 pool.release(conn)
         return db
+
+    def _hang(self, probability: float, draw: Callable[[], float],
+              duration: Callable[[], float]) -> Callable[..., None]:
+        """Block deaf to the task's cancellation, as a hung socket read does (the load test's
+        own stop still ends it, so a run cannot outlive its harness)."""
+        def hang(ctx: TaskContext, held: list[tuple[RealPool, Any]]) -> None:
+            if draw() < probability:
+                self.pause(duration())
+        return hang
 
     def _calls(self, client: DownstreamClient, count: Callable[[], float]
                ) -> Callable[..., None]:

@@ -18,6 +18,7 @@ from lab.loadtest.clock import Clock
 from lab.loadtest.pools import RealPool
 from lab.scenario import Scenario
 from lab.sim import RunStats
+from lab.store import TaskRecord, record_of
 from taskfuse.core.breaker import BreakerState, CircuitBreaker
 from taskfuse.core.guard import Guard
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
@@ -146,6 +147,10 @@ class RunView:
     ended_at: float | None = None
     stopped_at: float | None = None
     simpy_events: int = 0  # a real run has no simpy events
+
+    def task_records(self) -> list[TaskRecord]:
+        """One flat record per task, as `Simulation.task_records` gives them."""
+        return [record_of(t) for t in self.scheduler.store.all_tasks()]
 
     @property
     def now(self) -> float:

@@ -24,6 +24,7 @@ still running somewhere, and that stale attempt must not renew the lease of the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Protocol, runtime_checkable
 
 from taskfuse.core.states import TaskStatus
@@ -60,10 +61,10 @@ class Store(Protocol):
 
     def claim(
         self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
-        exclude: frozenset[str] = frozenset(),
+        exclude: AbstractSet[str] = frozenset(),
     ) -> list[Task]:
-        """Move up to `limit` ready tasks to RUNNING for `worker_id`; skip the task ids in
-        `exclude` and tasks that call a downstream in `blocked`."""
+        """Move up to `limit` ready tasks to RUNNING for `worker_id`, skipping the task ids
+        in `exclude` (they stay ready for a later claim)."""
         ...
 
     def overdue(self, now: float) -> list[Task]:

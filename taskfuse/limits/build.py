@@ -170,6 +170,17 @@ def build_scheduler(limits: Limits, store: Store, *, now: float = 0.0,
     return scheduler
 
 
+# -- workers -------------------------------------------------------------------------------
+
+
+def stuck_bound(limits: Limits) -> int:
+    """How many stuck worker threads a runner replaces: `stuck_threads_max`, else as many as
+    there are workers (an unbounded pool has nothing to replace)."""
+    if limits.stuck_threads_max is not None:
+        return limits.stuck_threads_max
+    return limits.workers if isinstance(limits.workers, int) else 0
+
+
 # -- alerts --------------------------------------------------------------------------------
 
 

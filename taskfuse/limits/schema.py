@@ -5,10 +5,11 @@ paths, so a scenario's limits can be cut out into a file, and a file pulled back
 scenario (`limits: FILE`), without renaming anything::
 
     workers: 10                         # worker threads (per process)
+    stuck_threads_max: 10               # stuck threads replaced (default: workers)
     task_timeout_s: 120
     retry: {max_retry: 2, backoff: {kind: exponential, base: 1.0, cap: 30, jitter: full}}
     kinds:                              # per task kind
-      sync_sku: {timeout_s: 30, executor: thread}
+      sync_sku: {timeout_s: 30, executor: thread, overlap: false}
     sweeper: {interval_s: 30, lease_s: 30}
     pools:                              # connection-limited sections (ctx.pool(name))
       batch: {size: 10, acquire_timeout_s: 30}
@@ -234,7 +235,11 @@ class KindLimits(Strict):
     """Per task kind: its timeout, attempts, priority, retry policy and executor.
 
     `executor: process` runs the kind in a worker process that is killed on timeout or
-    cancel (for code that may hang); `thread` (default) in the worker thread itself.
+    cancel (for code that may hang); `thread` (default) in the worker thread itself, which
+    cannot be killed: a timed-out attempt that ignores cancellation keeps its thread busy
+    ("stuck") until its code returns. `overlap: true` lets a retry of such an attempt start
+    while the previous one is still stuck (safe only for idempotent work); by default it
+    waits until the stuck attempt returns.
     """
 
     timeout_s: PosFloat | None = None
@@ -242,6 +247,7 @@ class KindLimits(Strict):
     priority: int | None = None
     retry: RetrySpec | None = None
     executor: Literal["thread", "process"] = "thread"
+    overlap: bool = False
 
 
 class Sweeper(Strict):
@@ -285,6 +291,9 @@ class Limits(Strict):
     """Everything deployable: workers, the task lifecycle's policies, the fuses, the pools."""
 
     workers: Workers = 10
+    #: How many stuck worker threads the runner replaces with new ones (None: as many as
+    #: `workers`); past it, every further stuck thread shrinks the pool until one returns.
+    stuck_threads_max: Annotated[int, Field(ge=0, le=MAX_WORKERS)] | None = None
     claim_batch: Annotated[int, Field(ge=1, le=10_000)] = 1
     watchdog_interval_s: PosFloat = 1.0
     task_timeout_s: PosFloat = 60.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import count
 from typing import Any
 
@@ -22,6 +23,7 @@ from taskfuse.core.task import Batch, Task, move
 _PENDING = TaskStatus.PENDING
 _RUNNING = TaskStatus.RUNNING
 _SUCCESS = TaskStatus.SUCCESS
+_CLAIM = TaskEvent.CLAIM
 
 LaneKey = tuple[str | None, tuple[str, ...]]
 
@@ -191,31 +193,51 @@ class MemoryStore:
 
     def claim(
         self, worker_id: str, now: float, limit: int, blocked: frozenset[str] = frozenset(),
-        exclude: frozenset[str] = frozenset(),
+        exclude: AbstractSet[str] = frozenset(),
     ) -> list[Task]:
-        self._promote(now)
+        delayed = self._delayed
+        if delayed and delayed[0][0] <= now:
+            self._promote(now)
         claimed: list[Task] = []
         skipped: list[tuple[LaneKey, tuple[int, float, int, str, int]]] = []
         tasks = self._tasks
+        lanes = self._lanes
         while len(claimed) < limit:
             lane = self._best_lane(blocked)
             if lane is None:
                 break
-            heap = self._lanes[lane]
+            heap = lanes[lane]
             entry = heapq.heappop(heap)
             if not heap:
-                del self._lanes[lane]
-            task_id = entry[3]
-            if exclude and task_id in exclude:
-                skipped.append((lane, entry))  # put back below: ready, just not for us now
+                del lanes[lane]
+            if exclude and entry[3] in exclude:
+                skipped.append((lane, entry))
                 continue
-            task = tasks[task_id]
-            new = move(task, TaskEvent.CLAIM, now, worker_id=worker_id)
-            self.swap(new, task.version)
+            task = tasks[entry[3]]
+            new = move(task, _CLAIM, now)
+            new.worker_id = worker_id  # not yet stored: still ours to finish
+            self._started(new)
             claimed.append(new)
-        for lane, entry in skipped:
-            heapq.heappush(self._lanes.setdefault(lane, []), entry)
+        for lane, entry in skipped:  # back in place: ready for a claim that may take them
+            heapq.heappush(lanes.setdefault(lane, []), entry)
         return claimed
+
+    def _started(self, new: Task) -> None:
+        """Store a task just claimed. `swap`'s bookkeeping for PENDING -> RUNNING, without the
+        version check: the record was read from its ready lane by this very claim, and claims
+        are the store's hottest operation."""
+        tid = new.task_id
+        self._tasks[tid] = new
+        counts = self._counts
+        counts[_PENDING] -= 1
+        counts[_RUNNING] += 1
+        if new.batch_id is not None:
+            per = self._batch_counts[new.batch_id]
+            per[_PENDING] -= 1
+            per[_RUNNING] += 1
+        self._running[tid] = None
+        heapq.heappush(self._deadlines,
+                       (new.started_at + new.timeout, next(self._seq), tid, new.version))  # type: ignore[operator]
 
     def _promote(self, now: float) -> None:
         """Move tasks whose backoff has passed from the delayed heap to their ready lane."""
@@ -229,29 +251,39 @@ class MemoryStore:
 
     def _best_lane(self, blocked: frozenset[str]) -> LaneKey | None:
         """The lane whose head goes first among lanes not capped or blocked; drops stale heads."""
+        lanes = self._lanes
+        if len(lanes) == 1 and not self._caps and not blocked:  # one lane, nothing to skip
+            for lane, heap in lanes.items():
+                return lane if self._live_head(heap) else self._drop(lane)
         best: LaneKey | None = None
         best_head = None
         caps = self._caps
-        tasks = self._tasks
-        lanes = self._lanes
-        for lane, heap in list(lanes.items()) if len(lanes) > 1 else tuple(lanes.items()):
+        for lane, heap in list(lanes.items()):
             batch_id, downstreams = lane
             if batch_id in caps and self._batch_counts[batch_id][_RUNNING] >= caps[batch_id]:
                 continue
             if blocked and downstreams and not blocked.isdisjoint(downstreams):
                 continue
-            while heap:
-                head = heap[0]
-                task = tasks[head[3]]
-                if task.version == head[4] and task.status is _PENDING:
-                    break
-                heapq.heappop(heap)
-            if not heap:
-                del self._lanes[lane]
+            if not self._live_head(heap):
+                self._drop(lane)
                 continue
             if best_head is None or heap[0] < best_head:
                 best, best_head = lane, heap[0]
         return best
+
+    def _live_head(self, heap: list[tuple[int, float, int, str, int]]) -> bool:
+        """Pop stale entries off a lane's top; whether a live one is left."""
+        tasks = self._tasks
+        while heap:
+            head = heap[0]
+            task = tasks[head[3]]
+            if task.version == head[4] and task.status is _PENDING:
+                return True
+            heapq.heappop(heap)
+        return False
+
+    def _drop(self, lane: LaneKey) -> None:
+        del self._lanes[lane]
 
     # -- reading ---------------------------------------------------------------------------
 

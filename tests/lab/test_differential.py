@@ -30,7 +30,7 @@ def test_lab_and_minimal_model_agree_exactly(seed: int) -> None:
     assert sim.business.latencies == minimal.business_latencies
     assert sim.business.timeouts == minimal.business_timeouts
     assert sim.pools["shared"].waits == minimal.pool_waits
-    ended = sorted(t.finished_at for t in sim.scheduler.store.all_tasks())
+    ended = sorted(r.finished_at for r in sim.task_records())
     assert ended == minimal.finished
     # the lab adds only its periodic processes (watchdog, sweeper, sampler) as simpy events
     assert 0 <= report["events"] - minimal.events <= 3 * report["makespan_s"] + 60

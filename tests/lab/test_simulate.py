@@ -76,8 +76,8 @@ def test_a_crashed_worker_leaves_its_task_to_the_watchdog() -> None:
     assert r["workers_crashed"] == 1
     assert r["tasks"]["SUCCESS"] == 4  # the orphan timed out at 5 s and was retried
     assert r["retries"] == 1 and r["attempts"] == 5
-    history = [e for e in run.simulation.scheduler.store.all_tasks() if e.retry_count]
-    assert [t.error_kind for t in history] == ["timeout"]
+    history = [r for r in run.simulation.task_records() if r.retry_count]
+    assert [r.error_kind for r in history] == ["timeout"]
 
 
 def test_dag_children_wait_for_their_parent_and_die_with_it() -> None:
@@ -97,10 +97,11 @@ def test_dag_children_wait_for_their_parent_and_die_with_it() -> None:
     """
     ok = simulate(text.format(p=0.0))
     assert ok.report["tasks"]["SUCCESS"] == 9
-    store = ok.simulation.scheduler.store
-    for child in (t for t in store.all_tasks() if t.kind == "image"):
-        parent = store.get(child.depends_on[0])
-        assert child.started_at >= parent.finished_at
+    records = {r.task_id: r for r in ok.simulation.task_records()}
+    children = [r for r in records.values() if r.kind == "image"]
+    assert len(children) == 6
+    for child in children:
+        assert child.started_at >= records[child.depends_on[0]].finished_at
     bad = simulate(text.format(p=1.0)).report["tasks"]
     assert (bad["FAILED"], bad["CANCELED"]) == (3, 6)
 
