@@ -312,9 +312,25 @@ def replay_stale_heartbeat_after_sweep(machine: SchedulerMachine) -> None:
     step(lambda: machine.heartbeat(data=Draws("w1", lambda: machine.held["w1"][0])))
 
 
-def test_regression_stale_attempt_heartbeat_after_timeout() -> None:
-    replay_stale_heartbeat_after_timeout(SchedulerMachine())
+def replay_stale_heartbeat_with_a_dependent(machine: SchedulerMachine) -> None:
+    """The timeout case as `make property` found and shrank it (its example database entry
+    is in tests/hypothesis-examples), with a dependent task waiting on t1."""
+    step = checked(machine)
+    step(lambda: machine.setup(seed=0, lease=None))
+    step(lambda: machine.submit_batch(cap=None, size=1, data=Draws(None, "sync", 0, None, ())))
+    step(lambda: machine.claim(n=1, worker="w1"))
+    step(lambda: machine.submit(data=Draws(["t1"], None, "sync", 0, None, ())))
+    step(lambda: machine.advance(dt=12.0))
+    step(lambda: machine.expire())
+    step(lambda: machine.advance(dt=0.5))
+    step(lambda: machine.claim(n=1, worker="w1"))
+    step(lambda: machine.heartbeat(data=Draws("w1", lambda: machine.held["w1"][0])))
 
 
-def test_regression_stale_attempt_heartbeat_after_sweep() -> None:
-    replay_stale_heartbeat_after_sweep(SchedulerMachine())
+REPLAYS = [replay_stale_heartbeat_after_timeout, replay_stale_heartbeat_after_sweep,
+           replay_stale_heartbeat_with_a_dependent]
+
+
+@pytest.mark.parametrize("replay", REPLAYS)
+def test_regression_replayed(replay) -> None:
+    replay(SchedulerMachine())

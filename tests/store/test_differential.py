@@ -31,11 +31,7 @@ from hypothesis.stateful import (
 from taskfuse.core.states import TRANSITIONS, TaskEvent, TaskStatus
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store.memory import MemoryStore
-from tests.core.test_scheduler_machine import (
-    SchedulerMachine,
-    replay_stale_heartbeat_after_sweep,
-    replay_stale_heartbeat_after_timeout,
-)
+from tests.core.test_scheduler_machine import REPLAYS, SchedulerMachine
 from tests.scale import examples, steps
 from tests.store.backends import drop_schema, need_pg, new_schema, pg_url
 
@@ -186,8 +182,7 @@ def _settings(n: int) -> settings:
     )
 
 
-@pytest.mark.parametrize("replay", [replay_stale_heartbeat_after_timeout,
-                                    replay_stale_heartbeat_after_sweep])
+@pytest.mark.parametrize("replay", REPLAYS)
 @pytest.mark.parametrize("machine", ["sqlite", "postgres"])
 def test_regressions_replayed_on_durable_stores(machine: str, replay: Any) -> None:
     """The failing cases the scheduler machine keeps, on each durable store against memory."""
