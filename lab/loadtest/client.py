@@ -24,6 +24,7 @@ import httpx
 
 from lab.calls import CallCounters
 from lab.loadtest.pools import PoolError, RealPool
+from lab.loadtest.record import DbRecorder
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
@@ -31,6 +32,9 @@ from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
 
 ERROR_HEADER = "x-error-kind"
+#: When this thread's last request really ended (monotonic): the runtime stamps a call's
+#: event later, under its lock, so the trace takes the end from here (runner.EventSink).
+CALL_ENDED = threading.local()
 
 
 class CallFailed(TaskError):
@@ -105,7 +109,8 @@ class DownstreamClient:
                 self.stats.sent(self.clock.now())
                 began = time.monotonic()
                 error = self._request(ctx)
-                self.stats.received(error, self.clock.scenario(time.monotonic() - began))
+                CALL_ENDED.at = ended = time.monotonic()
+                self.stats.received(error, self.clock.scenario(ended - began))
                 if error is not None:
                     raise CallFailed(error)
         except CallFailed as failed:
@@ -161,6 +166,7 @@ class Programs:
         self.pause = pause
         self.programs: list[list[Callable[[TaskContext, list[tuple[RealPool, Any]]], None]]] = []
         self.stats = ProgramStats()
+        self.record = DbRecorder()  # DB steps into the trace, once one is attached
         self._draw = threading.Lock()
         self._seen: set[str] = set()
 
@@ -200,12 +206,17 @@ class Programs:
 
     def _db(self, pool: RealPool, draw: Callable[[], float], whole: bool) -> Callable[..., None]:
         def db(ctx: TaskContext, held: list[tuple[RealPool, Any]]) -> None:
+            clock, began = self.clock, time.monotonic()
             try:
                 conn = pool.acquire()
             except PoolError as exc:
                 raise TaskError(exc.kind, str(exc)) from None
             held.append((pool, conn))
+            granted = time.monotonic()
+            self.record.granted(clock.now(), pool.name, clock.scenario(granted - began), ctx.task)
             pool.hold(conn, draw(), self.pause)
+            self.record.queried(clock.now(), pool.name,
+                                clock.scenario(time.monotonic() - granted), whole, ctx.task)
             if not whole:
                 held.pop()
                 pool.release(conn)

@@ -32,9 +32,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 
 from lab.loadtest.business import BusinessLoad
-from lab.loadtest.client import DownstreamClient, Programs
+from lab.loadtest.client import CALL_ENDED, DownstreamClient, Programs
 from lab.loadtest.clock import Clock
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
+from lab.loadtest.record import gateway_meta, limits_meta
 from lab.loadtest.scale import scale_scenario
 from lab.loadtest.servers import ProviderServers
 from lab.loadtest.view import make_view
@@ -157,7 +158,13 @@ class EventSink:
         value = event.value
         if event.kind in _SCALED_VALUES and value is not None:
             value = clock.scenario(value)
-        scaled = event._replace(t=clock.from_wall(event.t), value=value)
+        t = clock.from_wall(event.t)
+        if event.kind == EventKind.CALL:  # when the request ended, not when the lock was had
+            ended = getattr(CALL_ENDED, "at", None)
+            CALL_ENDED.at = None
+            if ended is not None:
+                t = clock.scenario(ended - clock.t0_mono)
+        scaled = event._replace(t=t, value=value)
         if not self.frozen:
             self.metrics(scaled)
             if event.kind == EventKind.MOVE and event.dst in _TERMINAL:
@@ -269,9 +276,14 @@ class LoadTest:
         head["source"] = "loadtest"
         head["meta"]["time_scale"] = self.clock.scale
         head["meta"]["store"] = self._store_name()
+        head["meta"]["limits"] = limits_meta(self.sc)  # what `lab fit` writes back beside
+        head["meta"]["gateway"] = gateway_meta(self.sc)  # the world it estimates
         writer = TraceWriter(self.trace_path, head, flush_every=5_000)
         stack.callback(writer.abort)  # no footer unless the run completed
         self.sink.writer = writer
+        self.programs.record.emit = self.sink.scenario_event
+        if self.business is not None:
+            self.business.record.emit = self.sink.scenario_event
         return TimelineRecorder(self.view, writer)  # type: ignore[arg-type]
 
     def _store_name(self) -> str:
