@@ -10,8 +10,9 @@ from the recorded starts and ends; calls of the fitted set (no client timeout, o
 slowdown windows) are grouped by n and the hinge m x max(1, n / c) is fitted by least squares
 for each c from 1 up to the largest n seen, against the flat line (no capacity limit). The
 hinge must beat the flat line by a BIC margin (N ln(SSE_flat / SSE_c) > 2 ln N), and the
-calls above the hinge must really be slower (their mean latency at least `MIN_GROWTH` times
-the mean below it): harness overhead that grows a little with concurrency is not a capacity.
+calls above the hinge must really be as slow as a queue makes them (their mean latency over
+the mean below at least half as far above 1 as the hinge predicts, and 5 % above at least):
+harness overhead that grows a little with concurrency is not a capacity.
 The interval is a Poisson bootstrap over calls (each call weighted by a Poisson(1) draw);
 when the hinge is not found, servers are not identifiable, and at least as many as the most
 calls seen in flight.
@@ -27,7 +28,7 @@ import numpy as np
 from lab.fit.data import HTTP_429, TIMEOUT, Calls
 from lab.fit.estimate import BOOTSTRAP_ROUNDS, Estimate, not_identifiable, rng_for
 
-MIN_GROWTH = 1.3
+MIN_GROWTH = 1.05
 MIN_ABOVE = 30
 
 
@@ -104,10 +105,11 @@ def _hinge(level: np.ndarray, lat: np.ndarray, w: np.ndarray) -> tuple[int | Non
     if best_c is None:
         return None, 1.0
     above, below = k[best_c + 1:].sum(), k[: best_c + 1].sum()
-    growth = None
-    if above > 0 and below > 0:
-        growth = float(s[best_c + 1:].sum() / above) / float(s[: best_c + 1].sum() / below)
-    if (above < MIN_ABOVE or growth is None or growth < MIN_GROWTH or best_sse <= 0
-            or total * math.log(sse_flat / best_sse) <= 2 * math.log(total)):
+    if above <= 0 or below <= 0:
+        return None, None
+    growth = float(s[best_c + 1:].sum() / above) / float(s[: best_c + 1].sum() / below)
+    expected = float((ns[best_c + 1:] / best_c * k[best_c + 1:]).sum() / above)
+    if (above < MIN_ABOVE or growth < MIN_GROWTH or growth - 1 < 0.5 * (expected - 1)
+            or best_sse <= 0 or total * math.log(sse_flat / best_sse) <= 2 * math.log(total)):
         return None, growth
     return best_c, growth

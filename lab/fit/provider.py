@@ -2,8 +2,9 @@
 each other.
 
 1. outage windows (their answers say nothing about latency, limits or the error mix);
-2. slowdown windows among the rest (their latencies are not the normal service);
-3. capacity, on calls outside both, which also says which calls did not queue;
+2. slowdown windows among the rest, on calls that did not queue by a first capacity fit
+   (latency that grows with calls in flight is queueing, not a slowdown);
+3. capacity, on calls outside both windows, which also says which calls did not queue;
 4. the service time (with capacity) or latency (without), on calls that did not queue,
    client timeouts counted as censored;
 5. the token bucket, on every request outside outages;
@@ -75,9 +76,10 @@ class ProviderFit:
 def fit_provider(name: str, calls: Calls) -> ProviderFit:
     outages = find_outages(calls)
     outside = ~_covered(calls.start, outages)
-    slowdowns = find_slowdowns(calls, outside)
+    first = fit_capacity(calls, outside, f"{name}:servers")  # queueing is not a slowdown
+    slowdowns = find_slowdowns(calls, outside & first.unqueued)
     plain = outside & ~_covered(calls.start, slowdowns)
-    capacity = fit_capacity(calls, plain, f"{name}:servers")
+    capacity = fit_capacity(calls, plain, f"{name}:servers") if slowdowns else first
     base = plain & capacity.unqueued
     answered = base & (calls.outcome != HTTP_429) & (calls.outcome != TIMEOUT)
     timeouts = int(np.sum(base & (calls.outcome == TIMEOUT)))

@@ -1,23 +1,30 @@
 """A provider's token bucket (rate, burst), from when its 429s come relative to what was sent.
 
-Theory. A bucket of `burst` tokens refilled at `rate` lets through at most
-burst + rate x T requests in any T seconds, and answers 429 only when it is empty
-(fewer than one token). So for two 429s at t_i < t_j, the requests let through between them
-number A_j - A_i < rate (t_j - t_i) + 1: every pair of 429s bounds the rate from below, and
-the bound is tight when the bucket never filled up in between (demand stayed above the
-limit). Given the rate, the burst follows the same way: the bucket was full at some moment
-s before each 429 (it starts full), and from that moment A(s, t) - rate (t - s) = burst
-minus the (< 1) tokens left at t, so burst = the largest such excess over every request s
-before every 429 t.
+Theory. A bucket of `burst` tokens refilled at `rate` answers 429 only when it holds less
+than one token. Between two consecutive 429s at t_i < t_j it lets through
+A_j - A_i = rate (t_j - t_i) + (tokens left after i) - (tokens left at j), the last two
+both in [0, 1), as long as it did not fill up in between (demand stayed above the limit);
+if it did fill up, fewer went through. Given the rate, the burst follows the same way: the
+bucket was full at some moment s before each 429 (it starts full), and from then on
+A(s, t) - rate (t - s) = burst minus the (< 1) tokens left at t, so the burst is the largest
+such excess over every request s before every 429 t.
 
-Estimate. The rate starts at the largest lower bound over pairs of 429s at least a tenth of
-their span apart; around it, each candidate rate (with its burst) replays the recorded
-requests through the core's own TokenBucket, and the candidate that reproduces the most
-of the recorded 429-or-not answers wins. The interval is every candidate whose replay
-misses at most `PROFILE_SLACK` more answers than the best (at least two), widened by half a
-step of the search: what the recorded answers cannot tell apart. Near the limit many answers
-are a coin flip (a request and a token arriving within the timing noise of client and server),
-so the share of answers reproduced is a figure of that noise as much as of the fit.
+Estimate. A first rate is the 90th percentile of (A_j - A_i) / (t_j - t_i) over pairs of
+429s at least a tenth of their span apart (robust to a few badly timed requests). Gaps
+between consecutive 429s whose count falls short of that rate by more than two requests are
+the ones where the bucket filled up; the others form saturated stretches, and the rate is
+their pooled count over their pooled time (three rounds). Its 95 % interval is the
+telescoped error: one request per stretch over the pooled time, plus the timing of each
+stretch's ends (the spread of 429 latencies) at that rate. The burst at that rate is
+the largest excess; its interval runs to one more (the tokens left at the 429). A replay of
+the recorded requests through the core's own TokenBucket with the fitted numbers gives the
+figure of fit: how many 429s it answers against the recorded count (which requests get
+them is a coin flip near the limit, where a request and a token arrive within the timing
+noise of client and server).
+
+A 429's arrival at the provider is taken as its end less the typical 429 latency (it is
+answered a fixed time after it arrives), which is sharper than its start; other requests
+are taken at their start.
 
 A run without a 429 shows no limit at all: the rate is then not identifiable (the report
 gives the peak request rate that went through, a lower bound if a limit exists).
@@ -33,14 +40,11 @@ from lab.fit.data import HTTP_429, Calls
 from lab.fit.estimate import Estimate, not_identifiable
 from taskfuse.core.ratelimit import TokenBucket
 
-#: Candidate rates searched above the pairwise lower bound, as a factor of it.
-SEARCH_SPAN = 1.25
-CANDIDATES = 49
-#: The interval: candidates missing at most this share of requests more than the best.
-PROFILE_SLACK = 0.002
-#: Pairs of 429s this share of their whole span apart (or more) bound the rate.
+#: Pairs of 429s this share of their whole span apart (or more) give the first rate.
 PAIR_SPAN = 0.1
 MAX_429_PAIRS = 1500
+#: A gap between 429s short of the rate by more than this many requests: the bucket filled.
+FILLED = 2.0
 
 
 @dataclass
@@ -49,20 +53,18 @@ class RateLimitFit:
     burst: Estimate
     rejected: int
     requests: int
-    agreement: float | None  # share of recorded answers the fitted bucket reproduces
+    replayed_429: int | None  # 429s the fitted bucket answers to the recorded requests
     peak_1s: int  # most requests sent within one second
 
     def as_json(self) -> dict[str, object]:
         return {"rate_per_s": self.rate.as_json(), "burst": self.burst.as_json(),
                 "rejected_429": self.rejected, "requests": self.requests,
-                "replay_agreement": None if self.agreement is None else round(self.agreement, 4),
-                "peak_requests_1s": self.peak_1s}
+                "replayed_429": self.replayed_429, "peak_requests_1s": self.peak_1s}
 
 
 def fit_rate_limit(calls: Calls) -> RateLimitFit:
     """The provider's bucket from its requests (outage answers already removed)."""
-    t = calls.start
-    rejected = calls.outcome == HTTP_429
+    t, rejected = _arrivals(calls)
     n429 = int(rejected.sum())
     peak = _peak(t)
     if n429 == 0:
@@ -71,25 +73,40 @@ def fit_rate_limit(calls: Calls) -> RateLimitFit:
         return RateLimitFit(not_identifiable(why), not_identifiable("no 429"), 0, len(t), None,
                             peak)
     accepted_before = np.concatenate([[0], np.cumsum(~rejected)[:-1]]).astype(float)
-    lower = _pairwise_lower_bound(t[rejected], accepted_before[rejected])
-    if lower is None:
-        return RateLimitFit(not_identifiable(f"{n429} 429s too close together to bound a rate"),
+    t429, a429 = t[rejected], accepted_before[rejected]
+    first = _pairwise_rate(t429, a429)
+    if first is None:
+        return RateLimitFit(not_identifiable(f"{n429} 429s too close together to time a rate"),
                             not_identifiable("no rate"), n429, len(t), None, peak)
-    rates = np.linspace(lower * 0.98, lower * SEARCH_SPAN, CANDIDATES)
-    bursts = np.array([_burst(r, t, accepted_before, rejected) for r in rates])
-    misses = np.array([_replay_misses(r, b, t, rejected) for r, b in zip(rates, bursts,
-                                                                        strict=True)])
-    best = int(misses.min())
-    tied = np.flatnonzero(misses == best)
-    pick = int(tied[len(tied) // 2])
-    slack = max(2, int(PROFILE_SLACK * len(t)))
-    near = np.flatnonzero(misses <= best + slack)
-    half_step = (rates[1] - rates[0]) / 2
-    rate = Estimate(float(rates[pick]), float(min(rates[near].min() - half_step, lower)),
-                    float(rates[near].max() + half_step), "replay of the recorded requests")
-    burst = Estimate(float(bursts[pick]), float(bursts[near].min()),
-                     float(bursts[near].max()) + 1.0, "largest excess over the rate before a 429")
-    return RateLimitFit(rate, burst, n429, len(t), 1.0 - best / len(t), peak)
+    rate, half = _stretch_rate(t429, a429, first)
+    lat = calls.latency[calls.outcome == HTTP_429]
+    jitter = float(np.percentile(lat, 90) - np.percentile(lat, 10))
+    half += rate * jitter * half  # each stretch's two ends are timed within that jitter
+    burst = _burst(rate, t, accepted_before, rejected)
+    replayed = len(t) - _replay_accepted(rate, burst, t)
+    return RateLimitFit(
+        Estimate(rate, rate - half, rate + half, "pooled saturated stretches between 429s"),
+        Estimate(burst, _burst(rate + half, t, accepted_before, rejected),
+                 _burst(max(rate - half, 1e-9), t, accepted_before, rejected) + 1.0,
+                 "largest excess over the rate before a 429"),
+        n429, len(t), replayed, peak)
+
+
+def _arrivals(calls: Calls) -> tuple[np.ndarray, np.ndarray]:
+    """When each request reached the bucket, sorted, and whether it was refused.
+
+    A 429 comes back a fixed time after it arrived (the provider's reject latency), so its
+    arrival is its end less the typical (10th percentile) 429 latency; that is sharper than
+    its start, which also holds the client's own delays (a new connection adds tens of
+    milliseconds). Other requests are taken at their start.
+    """
+    rejected = calls.outcome == HTTP_429
+    t = calls.start.copy()
+    if rejected.any():
+        lat = calls.latency[rejected]
+        t[rejected] = calls.end[rejected] - float(np.percentile(lat, 10))
+    order = np.argsort(t, kind="stable")
+    return t[order], rejected[order]
 
 
 def _peak(t: np.ndarray) -> int:
@@ -99,8 +116,8 @@ def _peak(t: np.ndarray) -> int:
     return int((ends - np.arange(len(t))).max())
 
 
-def _pairwise_lower_bound(t429: np.ndarray, acc: np.ndarray) -> float | None:
-    """max over pairs of 429s far enough apart of (A_j - A_i - 1) / (t_j - t_i)."""
+def _pairwise_rate(t429: np.ndarray, acc: np.ndarray) -> float | None:
+    """90th percentile of (A_j - A_i) / (t_j - t_i) over pairs of 429s far enough apart."""
     if len(t429) > MAX_429_PAIRS:
         pick = np.linspace(0, len(t429) - 1, MAX_429_PAIRS).astype(int)
         t429, acc = t429[pick], acc[pick]
@@ -108,12 +125,26 @@ def _pairwise_lower_bound(t429: np.ndarray, acc: np.ndarray) -> float | None:
     if span <= 0:
         return None
     dt = t429[None, :] - t429[:, None]
-    da = acc[None, :] - acc[:, None] - 1.0
     far = dt >= PAIR_SPAN * span
     if not far.any():
         return None
-    bound = float((da[far] / dt[far]).max())
-    return bound if bound > 0 else None
+    rate = float(np.percentile((acc[None, :] - acc[:, None])[far] / dt[far], 90))
+    return rate if rate > 0 else None
+
+
+def _stretch_rate(t429: np.ndarray, acc: np.ndarray, rate: float) -> tuple[float, float]:
+    """(rate, 95 % half-width) pooled over saturated stretches (module doc)."""
+    gaps, counts = np.diff(t429), np.diff(acc)
+    half = 0.0
+    for _ in range(3):
+        inside = (rate * gaps - counts <= FILLED) & (gaps > 0)
+        pooled = float(gaps[inside].sum())
+        if pooled <= 0:
+            return rate, rate
+        rate = float(counts[inside].sum()) / pooled
+        stretches = int(np.sum(np.diff(np.concatenate([[0], inside.astype(int), [0]])) == 1))
+        half = stretches / pooled
+    return rate, half
 
 
 def _burst(rate: float, t: np.ndarray, acc: np.ndarray, rejected: np.ndarray) -> float:
@@ -123,12 +154,8 @@ def _burst(rate: float, t: np.ndarray, acc: np.ndarray, rejected: np.ndarray) ->
     return float(max(1.0, excess[rejected].max()))
 
 
-def _replay_misses(rate: float, burst: float, t: np.ndarray, rejected: np.ndarray) -> int:
-    """Requests whose 429-or-not answer this bucket would have given differently."""
-    bucket = TokenBucket(rate, burst, start=min(0.0, float(t[0])))
+def _replay_accepted(rate: float, burst: float, t: np.ndarray) -> int:
+    """How many of the recorded requests a bucket with these numbers lets through."""
+    bucket = TokenBucket(rate, max(1.0, burst), start=min(0.0, float(t[0])))
     take = bucket.try_acquire
-    misses = 0
-    for when, was_rejected in zip(t.tolist(), rejected.tolist(), strict=True):
-        if take(when) == was_rejected:
-            misses += 1
-    return misses
+    return sum(take(when) for when in t.tolist())

@@ -34,7 +34,8 @@ def render(fit: RunFit) -> str:
         rows = _durations("service" if p.capacity.servers.value is not None else "latency",
                           p.service)
         rl = p.rate_limit
-        agree = "" if rl.agreement is None else f"; replay reproduces {rl.agreement:.1%}"
+        agree = ("" if rl.replayed_429 is None else
+                 f"; its replay answers {rl.replayed_429} 429s")
         rows += [("rate limit (/s)", rl.rate, f"{rl.rejected} 429s in {rl.requests} "
                                               f"requests{agree}"),
                  ("burst", rl.burst, ""),

@@ -3,7 +3,7 @@
 A scenario's task program (work / db / call steps) becomes one task function registered
 for every kind. Each HTTP call goes through the runtime's own guard,
 `with ctx.downstream(name):` (breaker -> bulkhead -> token bucket, recorded on exit), with
-an httpx client that keeps a connection pool per downstream. Failed calls are retried by
+keep-alive connections per downstream (connections.py). Failed calls are retried by
 the client's RetryPolicy from the scenario (the core decides, this module only sleeps),
 while the task keeps holding whatever it holds — exactly what the simulator models.
 
@@ -20,18 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from lab.calls import CallCounters
+from lab.loadtest.connections import CallBroken, CallTimeout, Connections
 from lab.loadtest.pools import PoolError, RealPool
 from lab.loadtest.record import DbRecorder
+from lab.loadtest.servers import WARM_QUERY
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
 from taskfuse.core.retry import ErrorKind, RetryBudget, RetryPolicy
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
 
-ERROR_HEADER = "x-error-kind"
 #: When this thread's last request really ended (monotonic): the runtime stamps a call's
 #: event later, under its lock, so the trace takes the end from here (runner.EventSink).
 CALL_ENDED = threading.local()
@@ -65,7 +64,7 @@ class DownstreamClient:
     """Calls to one emulated downstream: HTTP, the guard, the client's retry policy."""
 
     def __init__(self, name: str, spec: DownstreamSpec, url: str, clock: Any,
-                 http: httpx.Client, seed: int, pause: Callable[[float], bool]) -> None:
+                 http: Connections, seed: int, pause: Callable[[float], bool]) -> None:
         self.name = name
         self.url = url
         self.clock = clock
@@ -78,6 +77,12 @@ class DownstreamClient:
         self.lock = threading.Lock()  # the policy's rng and the budget are not thread-safe
         self.pause = pause
         self.stats = CallStats()
+
+    def warm(self, connections: int) -> None:
+        """Open `connections` keep-alive connections before the run: a real client has them
+        already, and a connection set up inside the first calls would add tens of
+        milliseconds to exactly the burst that shows the provider's bucket."""
+        self.http.warm(connections, f"{WARM_QUERY}=1")
 
     def call(self, ctx: TaskContext) -> None:
         """One logical call with its retries; raises TaskError with the final error kind."""
@@ -123,15 +128,14 @@ class DownstreamClient:
 
     def _request(self, ctx: TaskContext) -> str | None:
         try:
-            response = self.http.get(self.url, headers=trace_headers(ctx),
-                                     timeout=self.timeout)
-        except httpx.TimeoutException:
+            status, kind = self.http.get(trace_headers(ctx), self.timeout)
+        except CallTimeout:
             return TIMEOUT
-        except httpx.TransportError:
+        except CallBroken:
             return ErrorKind.CONNECTION_RESET
-        if response.status_code < 400:
+        if status < 400:
             return None
-        return response.headers.get(ERROR_HEADER) or f"http_{response.status_code}"
+        return kind or f"http_{status}"
 
 
 def trace_headers(ctx: TaskContext) -> dict[str, str]:

@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import httpx
-
 from lab.loadtest.business import BusinessLoad
 from lab.loadtest.client import CALL_ENDED, DownstreamClient, Programs
 from lab.loadtest.clock import Clock
+from lab.loadtest.connections import Connections
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
 from lab.loadtest.record import gateway_meta, limits_meta
 from lab.loadtest.scale import scale_scenario
@@ -68,6 +67,8 @@ MIN_REAL_SAMPLE_S = 0.05
 #: per call and smear bursts: the report then warns that latencies and retry timing are
 #: the harness's, not the scenario's.
 MAX_FAITHFUL_IN_FLIGHT = 50
+#: Connections opened to each downstream before the run (at most; one per worker below it).
+WARM_CONNECTIONS = 64
 MAX_FAITHFUL_REAL_RPS = 500
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 _SCALED_VALUES = (EventKind.CALL, EventKind.WAIT)
@@ -247,13 +248,12 @@ class LoadTest:
         self.recorder = self._open_trace(stack)
 
     def _clients(self, stack: ExitStack) -> dict[str, DownstreamClient]:
-        limits = httpx.Limits(max_connections=self.workers + 8,
-                              max_keepalive_connections=self.workers + 8)
         clients = {}
         for name, spec in self.scaled.downstreams.items():
-            http = stack.enter_context(httpx.Client(limits=limits, trust_env=False))
+            http = stack.enter_context(Connections(self.servers.url(name)))
             clients[name] = DownstreamClient(name, spec, self.servers.url(name), self.clock,
                                              http, self.seed, self.pause)
+            clients[name].warm(min(self.workers, WARM_CONNECTIONS))
         return clients
 
     def _business(self) -> BusinessLoad | None:
