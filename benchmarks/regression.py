@@ -8,7 +8,10 @@ Seconds swing 15-30 % here, so CI holds what is stable instead:
 * behaviour: the exit code of `lab simulate` on every shipped scenario (the incident must
   break its SLO, the fix must keep it) and a few headline numbers of each;
 * one ratio measured in the same run, lab wall time / minimal model wall time on the same
-  workload, with a wide margin.
+  workload, with a wide margin;
+* the fit round trip: `lab fit` on the recorded load test of every shipped scenario
+  (benchmarks/runs/), the fitted scenario simulated and compared with that run (makespan,
+  task p99, calls and 429s, metrics within 25 %): deterministic, as the runs are recorded.
 
     python -m benchmarks.regression            # measure and compare with the baseline
     python -m benchmarks.regression --update   # measure and rewrite benchmarks/baseline.json
@@ -152,12 +155,74 @@ def scenarios() -> dict[str, dict[str, Any]]:
     return out
 
 
+#: Recorded load tests of the shipped scenarios (`lab loadtest FILE --trace ...`), kept so
+#: the fit -> simulate -> compare round trip is measured on the same real runs every time.
+RUNS = ROOT / "benchmarks" / "runs"
+FIT_SLACK = 0.05  # a round trip's relative difference may grow by 5 points
+
+
+def fit_round_trips() -> dict[str, dict[str, Any]]:
+    """`lab fit` on each recorded load test, the fitted scenario simulated and compared
+    with the recorded report: the relative differences a person sizing limits reads."""
+    from lab.fit import fit_trace, fitted_scenario
+    from lab.loadtest.compare import compare_reports
+    from lab.run import run_scenario
+    from lab.scenario import parse_scenario
+
+    out: dict[str, dict[str, Any]] = {}
+    for trace in sorted(RUNS.glob("*.trace")):
+        fit = fit_trace(trace)
+        real = fit.run.report or {}
+        sim = run_scenario(parse_scenario(fitted_scenario(fit), str(trace))).report
+        rows = compare_reports(sim, real, 0.25, fit.run.time_scale)
+
+        def rel(path: str, rows: list[Any] = rows) -> float | None:
+            row = next((r for r in rows if r.metric == path), None)
+            return None if row is None or row.rel is None else round(row.rel, 4)
+
+        calls = [r for r in rows if r.metric.endswith((".calls", ".rejected_429"))]
+        out[trace.stem] = {
+            "makespan_rel": rel("makespan_s"),
+            "run_p99_rel": rel("run_s.p99"),
+            "calls_rel": _pooled(calls, ".calls"),
+            "r429_rel": _pooled(calls, ".rejected_429"),
+            "agree": sum(not r.flagged for r in rows),
+            "metrics": len(rows),
+        }
+    return out
+
+
+def _pooled(rows: list[Any], suffix: str) -> float | None:
+    """(real - simulated) / simulated of a count summed over downstreams."""
+    sim = sum(r.simulated or 0 for r in rows if r.metric.endswith(suffix))
+    real = sum(r.real or 0 for r in rows if r.metric.endswith(suffix))
+    return round((real - sim) / sim, 4) if sim else (None if real == 0 else float("inf"))
+
+
+def _fit_changes(now: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    problems = []
+    for name, was in base.items():
+        got = now.get(name)
+        if got is None:
+            problems.append(f"fit round trip {name}: the recorded run is gone")
+            continue
+        for key in ("makespan_rel", "run_p99_rel", "calls_rel", "r429_rel"):
+            a, b = got[key], was[key]
+            if a is not None and b is not None and abs(a) > abs(b) + FIT_SLACK:
+                problems.append(f"fit round trip {name}: {key} {a:+.1%} (baseline {b:+.1%})")
+        if got["agree"] < was["agree"] - 1:
+            problems.append(f"fit round trip {name}: {got['agree']} of {got['metrics']} "
+                            f"metrics agree (baseline {was['agree']})")
+    return problems
+
+
 def measure(with_wall: bool = True) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "lab_events_per_task": lab_events_per_task(),
         "core_calls_per_cycle": core_calls_per_cycle(),
         "sqlite_statements_per_task": sqlite_statements_per_task(),
         "scenarios": scenarios(),
+        "fit_round_trip": fit_round_trips(),
     }
     if with_wall:
         figures["lab_over_minimal_wall"] = lab_wall_ratio()
@@ -185,6 +250,7 @@ def compare(now: dict[str, Any], base: dict[str, Any]) -> list[str]:
                             f"{limit:.2f} (baseline {base['lab_over_minimal_wall']} x "
                             f"{RATIO_SLACK})")
     problems += _scenario_changes(now["scenarios"], base["scenarios"])
+    problems += _fit_changes(now.get("fit_round_trip", {}), base.get("fit_round_trip", {}))
     return problems
 
 

@@ -76,7 +76,8 @@ def fit_capacity(calls: Calls, usable: np.ndarray, name: str) -> CapacityFit:
         got, _ = _hinge(level, lat, rng.poisson(1.0, len(lat)).astype(float))
         draws.append(float(got) if got is not None else math.inf)
     arr = np.asarray(draws)
-    lo, hi = float(np.percentile(arr, 2.5)), float(np.percentile(arr, 97.5))
+    lo = float(np.percentile(arr, 2.5, method="lower"))
+    hi = float(np.percentile(arr, 97.5, method="higher"))
     servers = Estimate(float(c), lo, None if math.isinf(hi) else hi,
                        "hinge of latency against calls in flight, Poisson bootstrap")
     if np.mean(np.isinf(arr)) > 0.1:

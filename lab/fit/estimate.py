@@ -80,7 +80,8 @@ def wilson(k: int, n: int) -> tuple[float, float]:
     denom = 1 + Z95**2 / n
     centre = (p + Z95**2 / (2 * n)) / denom
     half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else
+                                                          min(1.0, centre + half))
 
 
 def poisson_rate(n: int, span: float) -> Estimate:

@@ -13,7 +13,7 @@ each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,7 @@ def fit_provider(name: str, calls: Calls) -> ProviderFit:
     outside = ~_covered(calls.start, outages)
     first = fit_capacity(calls, outside, f"{name}:servers")  # queueing is not a slowdown
     slowdowns = find_slowdowns(calls, outside & first.unqueued)
+    slowdowns = [replace(w, calls=int(w.covers(calls.start).sum())) for w in slowdowns]
     plain = outside & ~_covered(calls.start, slowdowns)
     capacity = fit_capacity(calls, plain, f"{name}:servers") if slowdowns else first
     base = plain & capacity.unqueued

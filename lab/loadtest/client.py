@@ -22,6 +22,7 @@ from typing import Any
 
 from lab.calls import CallCounters
 from lab.loadtest.connections import CallBroken, CallTimeout, Connections
+from lab.loadtest.harness import HarnessStats
 from lab.loadtest.pools import PoolError, RealPool
 from lab.loadtest.record import DbRecorder
 from lab.loadtest.servers import WARM_QUERY
@@ -64,7 +65,8 @@ class DownstreamClient:
     """Calls to one emulated downstream: HTTP, the guard, the client's retry policy."""
 
     def __init__(self, name: str, spec: DownstreamSpec, url: str, clock: Any,
-                 http: Connections, seed: int, pause: Callable[[float], bool]) -> None:
+                 http: Connections, seed: int, pause: Callable[[float], bool],
+                 harness: HarnessStats | None = None) -> None:
         self.name = name
         self.url = url
         self.clock = clock
@@ -77,6 +79,7 @@ class DownstreamClient:
         self.lock = threading.Lock()  # the policy's rng and the budget are not thread-safe
         self.pause = pause
         self.stats = CallStats()
+        self.harness = harness if harness is not None else HarnessStats()
 
     def warm(self, connections: int) -> None:
         """Open `connections` keep-alive connections before the run: a real client has them
@@ -127,12 +130,14 @@ class DownstreamClient:
         return None
 
     def _request(self, ctx: TaskContext) -> str | None:
+        began = time.monotonic()
         try:
-            status, kind = self.http.get(trace_headers(ctx), self.timeout)
+            status, kind, served = self.http.get(trace_headers(ctx), self.timeout)
         except CallTimeout:
             return TIMEOUT
         except CallBroken:
             return ErrorKind.CONNECTION_RESET
+        self.harness.call(self.name, time.monotonic() - began, served)
         if status < 400:
             return None
         return kind or f"http_{status}"

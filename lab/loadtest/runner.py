@@ -33,6 +33,8 @@ from lab.loadtest.business import BusinessLoad
 from lab.loadtest.client import CALL_ENDED, DownstreamClient, Programs
 from lab.loadtest.clock import Clock
 from lab.loadtest.connections import Connections
+from lab.loadtest.harness import HarnessStats
+from lab.loadtest.harness import warnings as harness_warnings
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
 from lab.loadtest.record import gateway_meta, limits_meta
 from lab.loadtest.scale import scale_scenario
@@ -203,13 +205,21 @@ class LoadTest:
         self.metrics = MetricsAggregator()
         self.sink = EventSink(self.clock, self.metrics)
         self.unsupported = _unsupported(scenario)
+        self.harness = HarnessStats()
         self.submitted = 0
         self.duplicates = 0
         self._submit_lock = threading.Lock()
 
     def pause(self, seconds: float) -> bool:
-        """Wait `seconds` (real); True when the run is stopping (the caller should unwind)."""
-        return self.stopping.wait(seconds) if seconds > 0 else self.stopping.is_set()
+        """Wait `seconds` (real); True when the run is stopping (the caller should unwind).
+        How late each wait woke is the harness's (harness.py)."""
+        if seconds <= 0:
+            return self.stopping.is_set()
+        began = time.monotonic()
+        if self.stopping.wait(seconds):
+            return True
+        self.harness.timer(seconds, time.monotonic() - began)
+        return False
 
     # -- building --------------------------------------------------------------------------
 
@@ -228,7 +238,7 @@ class LoadTest:
         self.servers = stack.enter_context(ProviderServers(
             {n: d.provider for n, d in self.scaled.downstreams.items()}, self.seed))
         for name, port in self.servers.ports.items():
-            self.announce(f"server {name} on 127.0.0.1:{port} (pid {self.servers.pid})")
+            self.announce(f"server {name} on 127.0.0.1:{port} (pid {self.servers.pids[name]})")
         self.pools = open_pools(dict(self.scaled.pools), self.clock, self.store_url, workdir)
         stack.callback(_close_all, self.pools)
         self.store = stack.enter_context(_task_store(self.store_url))
@@ -252,7 +262,7 @@ class LoadTest:
         for name, spec in self.scaled.downstreams.items():
             http = stack.enter_context(Connections(self.servers.url(name)))
             clients[name] = DownstreamClient(name, spec, self.servers.url(name), self.clock,
-                                             http, self.seed, self.pause)
+                                             http, self.seed, self.pause, self.harness)
             clients[name].warm(min(self.workers, WARM_CONNECTIONS))
         return clients
 
@@ -349,7 +359,10 @@ class LoadTest:
         self._fill_stats(server_stats)
         report = build_report(self.view)  # type: ignore[arg-type]
         report["loadtest"] = self._extras(server_stats)
-        report["loadtest"]["warnings"] = _warnings(report, self.clock.scale)
+        harness = self.harness.summary(self.clock.scale)
+        report["loadtest"]["harness"] = harness
+        report["loadtest"]["warnings"] = (_warnings(report, self.clock.scale)
+                                          + harness_warnings(harness))
         if self.sink.writer is not None:
             with self.sink.lock:
                 self.sink.writer.close(report)
