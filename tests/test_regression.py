@@ -32,3 +32,15 @@ def test_compare_reports_a_grown_count_and_a_changed_exit_code() -> None:
     problems = regression.compare(worse, base)
     assert any("core calls per claim+complete" in p for p in problems)
     assert any("incident.yaml: lab simulate exits 0" in p for p in problems)
+
+
+def test_compare_reports_a_fit_round_trip_that_got_worse() -> None:
+    base = json.loads(regression.BASELINE.read_text())
+    assert set(base["fit_round_trip"]) >= {"incident", "incident-fixed", "retry-storm",
+                                           "metastable", "seed-demo"}
+    worse = json.loads(json.dumps(base))
+    worse["fit_round_trip"]["incident"]["makespan_rel"] = 0.2
+    worse["fit_round_trip"]["metastable"]["agree"] -= 3
+    problems = regression.compare(worse, base)
+    assert any("fit round trip incident: makespan_rel" in p for p in problems)
+    assert any("fit round trip metastable" in p and "metrics agree" in p for p in problems)
