@@ -174,3 +174,33 @@ def test_compare_real_needs_a_finished_run(tmp_path: Path, capsys) -> None:
     assert main(["compare", "--real", str(trace), str(scenario)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "did not finish" in err
+
+
+def test_a_runtime_trace_without_limits_is_fitted_with_defaults_said_so(tmp_path: Path,
+                                                                      capsys) -> None:
+    """`taskfuse worker --trace` writes no limits and no DB steps: the world is still fitted
+    from its calls and moves, and the scenario says where its limits came from."""
+    trace = tmp_path / "worker.trace"
+    writer = TraceWriter(trace, {"source": "runtime", "series": [],
+                                 "meta": {"downstreams": ["api"], "workers": 4}})
+    rng = np.random.default_rng(12)
+    for i in range(200):
+        task, start = f"t{i}", i * 0.05
+        writer.event((start, "submit", task, "sync", "x", None, "PENDING", None, 1, None,
+                      None, None))
+        writer.event((start, "move", task, "sync", None, "PENDING", "RUNNING", "claim", 1,
+                      "w1", None, None))
+        latency = float(rng.lognormal(np.log(0.08), 0.3))
+        writer.event((start + 0.0005 + latency, "call", task, "sync", None, None, None, "ok", 1,
+                      None, "api", latency))
+        writer.event((start + 0.001 + latency + 0.1, "move", task, "sync", None, "RUNNING",
+                      "SUCCESS", "ok", 1, "w1", None, None))
+    writer.close({"sim_time_s": 10.5})
+    out = tmp_path / "fitted.yaml"
+    assert main(["fit", str(trace), "--out", str(out)]) == 0
+    assert "does not record the run's limits" in capsys.readouterr().out
+    scenario = parse_scenario(out.read_text(), str(out))
+    assert scenario.workers == 4 and scenario.batches[0].arrival.kind == "poisson"
+    latency = scenario.downstreams["api"].provider.latency
+    assert latency.mean == pytest.approx(0.08 * np.exp(0.045), rel=0.1)
+    assert [type(s).__name__ for s in scenario.batches[0].program] == ["CallStep", "WorkStep"]
