@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from lab.fit.data import OK, Attempt, DbStep, RunData
+from lab.fit.estimate import Estimate, bootstrap
 from lab.fit.service import DurationFit, fit_durations
 
 #: Real seconds below which a gap is the harness's own time, not work.
@@ -47,6 +48,14 @@ class StepFit:
     counts: list[int] = field(default_factory=list)
     kept_share: float = 0.0
 
+    def count_mean(self) -> Estimate:
+        """Calls per task: the mean with its bootstrap interval."""
+        counts = np.asarray(self.counts, float)
+        if not len(counts):
+            return Estimate(None, note="no task made this call")
+        lo, hi = bootstrap(counts, np.mean, f"count:{self.name}")
+        return Estimate(float(counts.mean()), lo, hi, f"mean of {len(counts)} tasks, bootstrap")
+
     def spec(self) -> dict[str, Any]:
         dist = self.duration.spec() if self.duration is not None else 0.0
         if self.kind == "work":
@@ -64,7 +73,7 @@ class StepFit:
             out["duration"] = self.duration.as_json()
         if self.kind == "call":
             out["count"] = count_spec(self.counts)
-            out["count_mean"] = round(float(np.mean(self.counts)), 4) if self.counts else None
+            out["count_mean"] = self.count_mean().as_json()
         if self.kind == "db":
             out["kept_share"] = round(self.kept_share, 4)
         return out

@@ -68,8 +68,10 @@ class ProviderFit:
             "rate_limit": self.rate_limit.as_json(),
             "reject_latency_s": self.reject_latency_s,
             "errors": self.errors.as_json(),
-            "outages": [w.spec() | {"calls": w.calls} for w in self.outages],
-            "slowdowns": [w.spec() | {"calls": w.calls} for w in self.slowdowns],
+            "outages": [w.spec() | {"calls": w.calls, "edge_s": w.edge_s} for w in self.outages],
+            "slowdowns": [w.spec() | {"calls": w.calls, "edge_s": w.edge_s,
+                                      "factor_ci95": [round(x, 4) for x in w.factor_ci]}
+                          for w in self.slowdowns],
         }
 
 

@@ -43,10 +43,13 @@ def render(fit: RunFit) -> str:
                   f"most in flight {p.capacity.max_in_flight}")]
         rows += [(f"errors {k}", e, "") for k, e in p.errors.rates.items()] or [
             ("errors", p.errors.none_seen, "none seen")]
-        rows += [("outage", None, f"{w.start_s:.3f}..{w.end_s:.3f} s, {w.mode} "
-                                  f"{w.error}, {w.calls} calls") for w in p.outages]
-        rows += [("slowdown", None, f"{w.start_s:.3f}..{w.end_s:.3f} s x{w.factor:.3g}, "
-                                    f"{w.calls} calls") for w in p.slowdowns]
+        rows += [("outage", None, f"{w.start_s:.3f}..{w.end_s:.3f} s (edges within "
+                                  f"{w.edge_s:.3g} s), {w.mode} {w.error}, {w.calls} calls")
+                 for w in p.outages]
+        rows += [("slowdown factor", Estimate(w.factor, *w.factor_ci, "ratio of medians, "
+                                              "bootstrap"),
+                  f"{w.start_s:.3f}..{w.end_s:.3f} s (edges within {w.edge_s:.3g} s), "
+                  f"{w.calls} calls") for w in p.slowdowns]
         console.print(_table(f"downstream {name}: {p.calls} calls", rows))
     for batch in fit.batch_ids():
         console.print(_table(f"batch {batch}", _batch_rows(fit, batch)))
@@ -121,7 +124,7 @@ def _batch_rows(fit: RunFit, batch: str) -> list[Row]:
 
 def _step_rows(i: int, step: StepFit) -> list[Row]:
     if step.kind == "call":
-        return [(f"{i}. call {step.name}", None, f"count {count_spec(step.counts)}")]
+        return [(f"{i}. call {step.name}: count", step.count_mean(), f"{count_spec(step.counts)}")]
     label = f"{i}. {step.kind}" + (f" {step.name}" if step.name else "")
     rows = _durations(label, step.duration)
     if step.kind == "db":

@@ -14,17 +14,22 @@ windows only when the change is large:
   times out looks like an overloaded provider, so those are left to the latency and capacity
   fits;
 * a slowdown: the median latency at least `MIN_FACTOR` times the one outside every window;
-  its factor is the ratio of the medians (a call that timed out counts as longer than any).
+  its factor is the ratio of the medians (a call that timed out counts as longer than any),
+  with a bootstrap 95 % interval.
+
+Each window's edges are as precise as the calls around them: `edge_s` is the widest gap
+between the calls on either side of an edge.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from lab.fit.data import HTTP_429, OK, TIMEOUT, Calls
+from lab.fit.estimate import BOOTSTRAP_ROUNDS, rng_for
 
 MIN_FACTOR = 1.5
 MIN_SEGMENT = 10
@@ -39,6 +44,9 @@ class Window:
     start_s: float
     end_s: float
     calls: int
+    #: How precisely the data places the edges: the widest gap between the calls on either
+    #: side of an edge (a change between two calls could be anywhere between them).
+    edge_s: float = 0.0
 
     def covers(self, t: np.ndarray) -> np.ndarray:
         return (t >= self.start_s) & (t < self.end_s)
@@ -62,6 +70,7 @@ class OutageWindow(Window):
 @dataclass(frozen=True)
 class SlowdownWindow(Window):
     factor: float = 2.0
+    factor_ci: tuple[float, float] = (math.nan, math.nan)
 
     def spec(self) -> dict[str, object]:
         return {"start_s": _t(self.start_s), "end_s": _t(self.end_s),
@@ -86,8 +95,15 @@ def find_outages(calls: Calls) -> list[OutageWindow]:
     for i in _merge(hot):
         a, b = bounds[i[0]][0], bounds[i[-1]][1]
         if float(x[a:b].mean()) >= 5 * base and b - a >= MIN_WINDOW_CALLS:
-            windows.append(_outage(calls.where(slice(a, b)), normal))
+            window = _outage(calls.where(slice(a, b)), normal)
+            windows.append(replace(window, edge_s=_edge(calls.start, a, b)))
     return windows
+
+
+def _edge(t: np.ndarray, a: int, b: int) -> float:
+    """The widest gap between the calls on either side of the edges of [a, b)."""
+    gaps = [t[a] - t[a - 1] if a > 0 else 0.0, t[b] - t[b - 1] if b < len(t) else 0.0]
+    return round(float(max(gaps)), 6)
 
 
 def _outage(part: Calls, normal: float) -> OutageWindow:
@@ -97,10 +113,11 @@ def _outage(part: Calls, normal: float) -> OutageWindow:
     latency = float(np.median(part.latency[failed]))
     start = float(part.start[failed].min())
     if latency < 0.5 * normal:
-        return OutageWindow(start, float(part.start[failed].max()) + 1e-3, len(part), "error",
-                            error, latency, float(failed.mean()))
-    return OutageWindow(start, float(np.median(part.end[failed])), len(part), "hang", error,
-                        latency, float(failed.mean()))
+        return OutageWindow(start, float(part.start[failed].max()) + 1e-3, len(part),
+                            mode="error", error=error, latency_s=latency,
+                            error_share=float(failed.mean()))
+    return OutageWindow(start, float(np.median(part.end[failed])), len(part), mode="hang",
+                        error=error, latency_s=latency, error_share=float(failed.mean()))
 
 
 def find_slowdowns(calls: Calls, usable: np.ndarray) -> list[SlowdownWindow]:
@@ -127,8 +144,25 @@ def find_slowdowns(calls: Calls, usable: np.ndarray) -> list[SlowdownWindow]:
         factor = _median(part.latency[a:b], part.outcome[a:b]) / base
         if factor >= MIN_FACTOR and b - a >= MIN_WINDOW_CALLS:
             end = float(part.start[b]) if b < len(part) else float(part.end[b - 1])
-            windows.append(SlowdownWindow(float(part.start[a]), end, b - a, factor))
+            windows.append(SlowdownWindow(float(part.start[a]), end, b - a,
+                                          edge_s=_edge(part.start, a, b), factor=factor,
+                                          factor_ci=_factor_ci(part, a, b, ~inside)))
     return windows
+
+
+def _factor_ci(part: Calls, a: int, b: int, outside: np.ndarray) -> tuple[float, float]:
+    """Bootstrap 95 % interval of the ratio of medians (window over outside)."""
+    rng = rng_for(f"slowdown:{a}:{b}")
+    lat_in, out_in = part.latency[a:b], part.outcome[a:b]
+    lat_out, out_out = part.latency[outside], part.outcome[outside]
+    if not len(lat_out):
+        return math.nan, math.nan
+    draws = []
+    for _ in range(BOOTSTRAP_ROUNDS):
+        i = rng.integers(0, len(lat_in), len(lat_in))
+        o = rng.integers(0, len(lat_out), len(lat_out))
+        draws.append(_median(lat_in[i], out_in[i]) / _median(lat_out[o], out_out[o]))
+    return float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))
 
 
 def _median(latency: np.ndarray, outcome: np.ndarray) -> float:
