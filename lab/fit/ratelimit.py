@@ -81,7 +81,7 @@ def fit_rate_limit(calls: Calls) -> RateLimitFit:
     rate, half = _stretch_rate(t429, a429, first)
     lat = calls.latency[calls.outcome == HTTP_429]
     jitter = float(np.percentile(lat, 90) - np.percentile(lat, 10))
-    half += rate * jitter * half  # each stretch's two ends are timed within that jitter
+    half += 2 * rate * jitter * half  # each stretch's two ends are timed within that jitter
     burst = _burst(rate, t, accepted_before, rejected)
     replayed = len(t) - _replay_accepted(rate, burst, t)
     return RateLimitFit(
