@@ -8,7 +8,10 @@ deterministic number only hides a change. Held exactly:
 * SQL statements per task of the SQLite store;
 * every shipped scenario (scenarios/*.yaml): the exit code of `lab simulate`, its headline
   numbers, and a hash of its whole `--json` report less `wall_s`. A shipped scenario missing
-  from the baseline fails too: a new scenario is baselined on purpose.
+  from the baseline fails too: a new scenario is baselined on purpose;
+* the fit round trip: `lab fit` on the recorded load test of every shipped scenario
+  (benchmarks/runs/), the fitted scenario simulated and compared with that run (makespan,
+  task p99, calls and 429s, metrics within 25 %): deterministic, as the runs are recorded.
 
 Only seconds get a slack, and only as ratios measured side by side in this same run (see
 `RATIO_SLACK` for how it was sized):
@@ -255,6 +258,50 @@ def lab_wall_ratio(n: int = 3000, rounds: int = 5) -> float:
         Simulation(sc).run()
         ratios.append((time.process_time() - t) / minimal)
     return round(statistics.median(ratios), 3)
+
+
+#: Recorded load tests of the shipped scenarios (`lab loadtest FILE --trace ...`), kept so
+#: the fit -> simulate -> compare round trip is measured on the same real runs every time.
+RUNS = ROOT / "benchmarks" / "runs"
+
+
+@figure("fit_round_trip")
+def fit_round_trips() -> dict[str, dict[str, Any]]:
+    """`lab fit` on each recorded load test, the fitted scenario simulated and compared
+    with the recorded report: the relative differences a person sizing limits reads."""
+    from lab.fit import fit_trace, fitted_scenario
+    from lab.loadtest.compare import compare_reports
+    from lab.run import run_scenario
+    from lab.scenario import parse_scenario
+
+    out: dict[str, dict[str, Any]] = {}
+    for trace in sorted(RUNS.glob("*.trace")):
+        fit = fit_trace(trace)
+        real = fit.run.report or {}
+        sim = run_scenario(parse_scenario(fitted_scenario(fit), str(trace))).report
+        rows = compare_reports(sim, real, 0.25, fit.run.time_scale)
+
+        def rel(path: str, rows: list[Any] = rows) -> float | None:
+            row = next((r for r in rows if r.metric == path), None)
+            return None if row is None or row.rel is None else round(row.rel, 4)
+
+        calls = [r for r in rows if r.metric.endswith((".calls", ".rejected_429"))]
+        out[trace.stem] = {
+            "makespan_rel": rel("makespan_s"),
+            "run_p99_rel": rel("run_s.p99"),
+            "calls_rel": _pooled(calls, ".calls"),
+            "r429_rel": _pooled(calls, ".rejected_429"),
+            "agree": sum(not r.flagged for r in rows),
+            "metrics": len(rows),
+        }
+    return out
+
+
+def _pooled(rows: list[Any], suffix: str) -> float | None:
+    """(real - simulated) / simulated of a count summed over downstreams."""
+    sim = sum(r.simulated or 0 for r in rows if r.metric.endswith(suffix))
+    real = sum(r.real or 0 for r in rows if r.metric.endswith(suffix))
+    return round((real - sim) / sim, 4) if sim else (None if real == 0 else float("inf"))
 
 
 # Store ratios (runner vs a minimal hand-written loop on the same database, same run) go

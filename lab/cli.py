@@ -10,6 +10,8 @@
     lab plot TRACE -o FILE.png [--vs OTHER_TRACE]
     lab loadtest FILE [--time-scale F] [--store URL] [--json] [--trace PATH | --no-trace]
     lab compare FILE [--time-scale F] [--tolerance X]
+    lab compare --real RUN.trace FILE   the simulation against a recorded run, no new run
+    lab fit RUN.trace [--out FILE.yaml] the world learnt from a recorded run, as a scenario
     lab schema                     the scenario format as JSON Schema
     lab watch TRACE [--follow]     the terminal monitor on a recorded or running trace
     lab watch --store URL          the whole fleet live, read from its store
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--vs", metavar="OTHER_TRACE", help="a second run, drawn below the first")
 
     _loadtest_parsers(sub)
+    _fit_parser(sub)
     schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")
     schema.add_argument("--limits", action="store_true",
                         help="the limits file's format instead (also read by taskfuse worker)")
@@ -170,6 +173,8 @@ def _run(args: argparse.Namespace) -> int:
         return loadtest_cmd(args)
     if args.command == "compare":
         return compare_cmd(args)
+    if args.command == "fit":
+        return fit_cmd(args)
     if args.command == "schema":
         print(json_schema(limits=args.limits))
         return 0
@@ -428,6 +433,8 @@ def _loadtest_parsers(sub: Any) -> None:
         else:
             p.add_argument("--tolerance", type=float, default=0.25, metavar="X",
                            help="flag relative differences beyond X (0.25 = 25%%) [0.25]")
+            p.add_argument("--real", metavar="RUN.trace", default=None,
+                           help="compare with this recorded run instead of running one")
 
 
 def _loadtest_setup(args: argparse.Namespace) -> Any:
@@ -493,6 +500,8 @@ def compare_cmd(args: argparse.Namespace) -> int:
     from lab.run import run_scenario
 
     scenario = _loadtest_setup(args)
+    if args.real is not None:
+        return compare_real_cmd(args, scenario)
     simulated = run_scenario(scenario, args.seed)
     real = _run_loadtest(args, scenario, None)
     rows = compare_reports(simulated.report, real.report, args.tolerance, args.time_scale)
@@ -509,6 +518,57 @@ def compare_cmd(args: argparse.Namespace) -> int:
         for note in extra["warnings"]:
             print(f"warning: {note}")
     return 1 if any(r.flagged for r in rows) else 0
+
+
+def compare_real_cmd(args: argparse.Namespace, scenario: Any) -> int:
+    """`lab compare --real RUN.trace FILE`: the simulation against a run already recorded."""
+    from lab.loadtest.compare import compare_with_trace, render_comparison, rows_as_json
+
+    rows, simulated, real, scale = compare_with_trace(scenario, Path(args.real),
+                                                      args.tolerance, args.seed)
+    if args.json:
+        print(json.dumps({"scenario": scenario.name, "real_trace": args.real,
+                          "time_scale": scale, "tolerance": args.tolerance,
+                          "metrics": rows_as_json(rows), "simulated": simulated.report,
+                          "real": real}, indent=2))
+    else:
+        sys.stdout.write(render_comparison(rows, scenario.name, args.tolerance, scale,
+                                           (simulated.wall_s, 0.0), real_source=args.real))
+    return 1 if any(r.flagged for r in rows) else 0
+
+
+def _fit_parser(sub: Any) -> None:
+    p = sub.add_parser("fit", help="learn the world from a recorded run and write a scenario")
+    p.add_argument("trace", help="a trace of a real run (lab loadtest, taskfuse worker --trace)")
+    p.add_argument("--out", metavar="FILE.yaml", default=None,
+                   help="write the fitted scenario here (world + the limits the run used)")
+    p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+
+
+def fit_cmd(args: argparse.Namespace) -> int:
+    from lab.fit import fit_trace, fitted_scenario
+    from lab.fit.report import as_json, render
+    from lab.fit.writer import write_text
+    from taskfuse.trace import TraceError
+
+    try:
+        fit = fit_trace(args.trace)
+    except TraceError as exc:
+        raise ScenarioError(str(exc)) from None
+    text = fitted_scenario(fit)
+    if args.out is not None:
+        try:
+            write_text(Path(args.out), text)
+        except OSError as exc:
+            raise ScenarioError(f"{args.out}: cannot write the scenario: "
+                                f"{exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(as_json(fit, args.out), indent=2))
+    else:
+        sys.stdout.write(render(fit))
+        print(f"scenario written to {args.out}" if args.out else
+              "(give --out FILE.yaml to write the fitted scenario)")
+    return 0
 
 
 def watch(args: argparse.Namespace) -> int:

@@ -397,7 +397,10 @@ class Simulation:
                     if error is None:
                         if whole or track:
                             held.append(("conn", pool))
-                        yield env.timeout(query())
+                        seconds = query()
+                        yield env.timeout(seconds)
+                        if self.detail is not None:
+                            self._queried(task, pool, seconds, whole)
                         if not whole:
                             if track:
                                 held.pop()
@@ -481,6 +484,12 @@ class Simulation:
         self.detail(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,  # type: ignore[misc]
                           None, None, "pool" if granted else POOL_TIMEOUT, task.retry_count + 1,
                           task.worker_id, pool.name, now - since))
+
+    def _queried(self, task: Task, pool: Pool, seconds: float, whole: bool) -> None:
+        """A query ended (for the trace, as the load test records it)."""
+        self.detail(Event(self.env.now, EventKind.QUERY, task.task_id, task.batch_id,  # type: ignore[misc]
+                          task.trace_id, None, None, "kept" if whole else "returned",
+                          task.retry_count + 1, None, pool.name, seconds))
 
     def _abandon(self, held: list[tuple[Any, ...]]) -> None:
         """A crashed worker's connections are closed by the database; its waits end."""

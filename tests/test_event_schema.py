@@ -48,8 +48,8 @@ SCENARIO = textwrap.dedent("""\
 
 #: Kinds every recording of this scenario must contain, by driver.
 EXPECTED = {
-    "lab": {"submit", "move", "call", "wait", "breaker", "limit"},
-    "loadtest": {"submit", "move", "call", "wait", "breaker", "limit"},
+    "lab": {"submit", "move", "call", "wait", "breaker", "limit", "query"},
+    "loadtest": {"submit", "move", "call", "wait", "breaker", "limit", "query"},
     "runtime": {"submit", "move", "call", "breaker"},
 }
 

@@ -76,3 +76,13 @@ def test_the_wall_ratio_has_its_slack_and_no_more() -> None:
     assert regression.compare(within, base) == []
     assert [p.split(":")[0] for p in regression.compare(beyond, base)] == [
         "lab_over_minimal_wall"]
+
+
+def test_a_fit_round_trip_that_changed_is_reported() -> None:
+    base = _base()
+    assert set(base["fit_round_trip"]) >= {"incident", "incident-fixed", "retry-storm",
+                                           "metastable", "seed-demo"}
+    worse = copy.deepcopy(base)
+    worse["fit_round_trip"]["incident"]["makespan_rel"] = 0.2
+    problems = regression.compare(worse, base)
+    assert [p.split(":")[0] for p in problems] == ["fit_round_trip.incident"]

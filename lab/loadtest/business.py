@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lab.loadtest.pools import PoolError, RealPool
+from lab.loadtest.record import DbRecorder
 from lab.model.business import GatewayCounters
 from lab.scenario import Business as BusinessSpec
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
@@ -122,6 +123,7 @@ class BusinessLoad:
         self.max_concurrency = max_concurrency
         self.in_flight = 0
         self.dropped = 0
+        self.record = DbRecorder()  # each request's wait and query, once a trace is attached
         self._count = threading.Lock()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency,
@@ -183,10 +185,15 @@ class BusinessLoad:
 
     def _serve(self, request: _Request) -> None:
         ok = False
+        clock, name, began = self.clock, self.pool.name, time.monotonic()
         try:
             conn = self.pool.acquire()
             try:
+                granted = time.monotonic()
+                self.record.granted(clock.now(), name, clock.scenario(granted - began), None)
                 self.pool.hold(conn, self.query(), time.sleep)
+                self.record.queried(clock.now(), name, clock.scenario(time.monotonic() - granted),
+                                    False, None)
                 ok = True
             finally:
                 self.pool.release(conn)

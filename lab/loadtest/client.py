@@ -6,8 +6,9 @@ for every kind, written as any user's task code is: each HTTP call is
 per-call retries with backoff and budget, breaker, bulkhead and token bucket, exactly as
 the simulator's client does, while the task keeps holding whatever it holds; each DB step
 takes its turn with `ctx.pool(name)` (the runtime's FIFO section of the pool's size) before
-it takes a real connection. Requests use an httpx client that keeps a connection pool per
-downstream.
+it takes a real connection. Requests use keep-alive connections per downstream, opened
+before the run starts (connections.py), and the harness measures its own share of each
+call (harness.py).
 
 Every request carries the task's trace: a W3C `traceparent` header when the context offers
 `ctx.traceparent()`, else `X-Trace-Id`.
@@ -22,17 +23,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from lab.calls import CallCounters
+from lab.loadtest.connections import CallBroken, CallTimeout, Connections
+from lab.loadtest.harness import HarnessStats
 from lab.loadtest.pools import PoolError, RealPool
+from lab.loadtest.record import DbRecorder
+from lab.loadtest.servers import WARM_QUERY
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, HangStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
 from taskfuse.core.retry import ErrorKind
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
 
-ERROR_HEADER = "x-error-kind"
+#: When this thread's last request really ended (monotonic): the runtime stamps a call's
+#: event later, under its lock, so the trace takes the end from here (runner.EventSink).
+CALL_ENDED = threading.local()
 
 
 class CallFailed(TaskError):
@@ -70,13 +75,20 @@ class DownstreamClient:
     """Requests to one emulated downstream, made through `ctx.downstream(name).call`."""
 
     def __init__(self, name: str, spec: DownstreamSpec, url: str, clock: Any,
-                 http: httpx.Client) -> None:
+                 http: Connections, harness: HarnessStats | None = None) -> None:
         self.name = name
         self.url = url
         self.clock = clock
         self.http = http
         self.timeout = spec.client.timeout_s
         self.stats = CallStats()
+        self.harness = harness if harness is not None else HarnessStats()
+
+    def warm(self, connections: int) -> None:
+        """Open `connections` keep-alive connections before the run: a real client has them
+        already, and a connection set up inside the first calls would add tens of
+        milliseconds to exactly the burst that shows the provider's bucket."""
+        self.http.warm(connections, f"{WARM_QUERY}=1")
 
     def call(self, ctx: TaskContext) -> None:
         """One logical call; the runtime retries it. Raises TaskError with the final kind.
@@ -94,7 +106,8 @@ class DownstreamClient:
             self.stats.sent(self.clock.now())
             began = time.monotonic()
             error = self._request(ctx)
-            latency = time.monotonic() - began
+            CALL_ENDED.at = ended = time.monotonic()
+            latency = ended - began
             if error is None and timeout is not None and latency > timeout:
                 error = TIMEOUT  # answered after the client gave up: the runtime says so too
             self.stats.received(error, self.clock.scenario(latency))
@@ -108,16 +121,17 @@ class DownstreamClient:
             raise
 
     def _request(self, ctx: TaskContext) -> str | None:
+        began = time.monotonic()
         try:
-            response = self.http.get(self.url, headers=trace_headers(ctx),
-                                     timeout=self.timeout)
-        except httpx.TimeoutException:
+            status, kind, served = self.http.get(trace_headers(ctx), self.timeout)
+        except CallTimeout:
             return TIMEOUT
-        except httpx.TransportError:
+        except CallBroken:
             return ErrorKind.CONNECTION_RESET
-        if response.status_code < 400:
+        self.harness.call(self.name, time.monotonic() - began, served)
+        if status < 400:
             return None
-        return response.headers.get(ERROR_HEADER) or f"http_{response.status_code}"
+        return kind or f"http_{status}"
 
 
 def trace_headers(ctx: TaskContext) -> dict[str, str]:
@@ -152,6 +166,7 @@ class Programs:
         self.pause = pause
         self.programs: list[list[Callable[[TaskContext, list[tuple[RealPool, Any]]], None]]] = []
         self.stats = ProgramStats()
+        self.record = DbRecorder()  # DB steps into the trace, once one is attached
         self._draw = threading.Lock()
         self._seen: set[str] = set()
 
@@ -195,12 +210,17 @@ class Programs:
 
     def _db(self, pool: RealPool, draw: Callable[[], float], whole: bool) -> Callable[..., None]:
         def db(ctx: TaskContext, held: list[tuple[RealPool, Any]]) -> None:
+            clock, began = self.clock, time.monotonic()
             try:
                 conn = pool.acquire(ctx.pool(pool.name))  # a turn, then a connection
             except PoolError as exc:
                 raise TaskError(exc.kind, str(exc)) from None
             held.append((pool, conn))
+            granted = time.monotonic()
+            self.record.granted(clock.now(), pool.name, clock.scenario(granted - began), ctx.task)
             pool.hold(conn, draw(), self.pause)
+            self.record.queried(clock.now(), pool.name,
+                                clock.scenario(time.monotonic() - granted), whole, ctx.task)
             if not whole:
                 held.pop()
                 pool.release(conn)

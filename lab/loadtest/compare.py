@@ -13,6 +13,7 @@ otherwise 0 vs 2 retries would read as an infinite disagreement.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 COUNT_FLOOR = 5
@@ -96,11 +97,13 @@ def _pct(rel: float | None) -> str:
 
 
 def render_comparison(rows: list[Row], scenario: str, tolerance: float, time_scale: float,
-                      wall: tuple[float, float]) -> str:
+                      wall: tuple[float, float], real_source: str | None = None) -> str:
     """The comparison as a table, flagged rows marked, and a one-line verdict."""
     width = max(len(r.metric) for r in rows) + 2
+    where = (f"wall {wall[0]:.1f} s simulated, {wall[1]:.1f} s real" if real_source is None
+             else f"real: the recorded run {real_source}")
     lines = [f"scenario {scenario}: simulated vs real (time scale {time_scale:g}, times in "
-             f"scenario seconds; wall {wall[0]:.1f} s simulated, {wall[1]:.1f} s real)", "",
+             f"scenario seconds; {where})", "",
              f"{'metric':<{width}}{'simulated':>12}{'real':>12}{'diff':>10}"]
     for r in rows:
         mark = "  <- beyond tolerance" if r.flagged else ""
@@ -117,3 +120,24 @@ def rows_as_json(rows: list[Row]) -> list[dict[str, Any]]:
     return [{"metric": r.metric, "simulated": r.simulated, "real": r.real,
              "rel_diff": None if r.rel is None or r.rel == float("inf") else round(r.rel, 4),
              "flagged": r.flagged} for r in rows]
+
+
+def compare_with_trace(scenario: Any, trace: Path, tolerance: float, seed: int | None
+                       ) -> tuple[list[Row], Any, dict[str, Any], float]:
+    """`lab compare --real`: simulate `scenario` and compare it with the report a recorded run
+    left in its trace (its footer), at that run's time scale. No real run is started."""
+    from lab.run import run_scenario
+    from lab.scenario import ScenarioError
+    from taskfuse.trace import TraceError, read_trace
+
+    try:
+        recorded = read_trace(trace)
+    except TraceError as exc:
+        raise ScenarioError(str(exc)) from None
+    if recorded.report is None:
+        raise ScenarioError(f"{trace}: the run did not finish (no report in the trace); "
+                            "compare needs a finished run")
+    scale = float((recorded.header.get("meta") or {}).get("time_scale") or 1.0)
+    simulated = run_scenario(scenario, seed)
+    return (compare_reports(simulated.report, recorded.report, tolerance, scale), simulated,
+            recorded.report, scale)

@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import httpx
-
 from lab.loadtest.business import BusinessLoad
-from lab.loadtest.client import DownstreamClient, Programs
+from lab.loadtest.client import CALL_ENDED, DownstreamClient, Programs
 from lab.loadtest.clock import Clock
+from lab.loadtest.connections import Connections
+from lab.loadtest.harness import HarnessStats
+from lab.loadtest.harness import warnings as harness_warnings
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
+from lab.loadtest.record import gateway_meta, limits_meta
 from lab.loadtest.scale import scale_scenario
 from lab.loadtest.servers import ProviderServers
 from lab.loadtest.view import make_view
@@ -54,15 +56,14 @@ from taskfuse.store import open_store, redact_url
 from taskfuse.store.memory import MemoryStore
 from taskfuse.trace import TraceWriter, compact
 
-#: `workers: unbounded` (open loop) becomes this many worker threads at most.
-UNBOUNDED_WORKERS = 1000
+#: `workers: unbounded` (open loop) becomes this many worker threads at most: the retry
+#: storm holds some 2,500 calls at once during its outage, and a blocked thread costs memory,
+#: not CPU.
+UNBOUNDED_WORKERS = 4000
 #: The timeline is sampled at most this often in real seconds (a sample reads the store).
 MIN_REAL_SAMPLE_S = 0.05
-#: Beyond these, measured on a 2-core machine, the Python client and server add tens of ms
-#: per call and smear bursts: the report then warns that latencies and retry timing are
-#: the harness's, not the scenario's.
-MAX_FAITHFUL_IN_FLIGHT = 50
-MAX_FAITHFUL_REAL_RPS = 500
+#: Connections opened to each downstream before the run (at most; one per worker below it).
+WARM_CONNECTIONS = 64
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 _SCALED_VALUES = (EventKind.CALL, EventKind.WAIT)
 
@@ -107,7 +108,13 @@ class EventSink:
         value = event.value
         if event.kind in _SCALED_VALUES and value is not None:
             value = clock.scenario(value)
-        scaled = event._replace(t=clock.from_wall(event.t), value=value)
+        t = clock.from_wall(event.t)
+        if event.kind == EventKind.CALL:  # when the request ended, not when the lock was had
+            ended = getattr(CALL_ENDED, "at", None)
+            CALL_ENDED.at = None
+            if ended is not None:
+                t = clock.scenario(ended - clock.t0_mono)
+        scaled = event._replace(t=t, value=value)
         if not self.frozen:
             self.metrics(scaled)
             if event.kind == EventKind.MOVE and event.dst in _TERMINAL:
@@ -144,13 +151,21 @@ class LoadTest:
         self.metrics = MetricsAggregator()
         self.sink = EventSink(self.clock, self.metrics)
         self.unsupported = _unsupported(scenario)
+        self.harness = HarnessStats()
         self.submitted = 0
         self.duplicates = 0
         self._submit_lock = threading.Lock()
 
     def pause(self, seconds: float) -> bool:
-        """Wait `seconds` (real); True when the run is stopping (the caller should unwind)."""
-        return self.stopping.wait(seconds) if seconds > 0 else self.stopping.is_set()
+        """Wait `seconds` (real); True when the run is stopping (the caller should unwind).
+        How late each wait woke is the harness's (harness.py)."""
+        if seconds <= 0:
+            return self.stopping.is_set()
+        began = time.monotonic()
+        if self.stopping.wait(seconds):
+            return True
+        self.harness.timer(seconds, time.monotonic() - began)
+        return False
 
     # -- building --------------------------------------------------------------------------
 
@@ -169,7 +184,7 @@ class LoadTest:
         self.servers = stack.enter_context(ProviderServers(
             {n: d.provider for n, d in self.scaled.downstreams.items()}, self.seed))
         for name, port in self.servers.ports.items():
-            self.announce(f"server {name} on 127.0.0.1:{port} (pid {self.servers.pid})")
+            self.announce(f"server {name} on 127.0.0.1:{port} (pid {self.servers.pids[name]})")
         self.pools = open_pools(dict(self.scaled.pools), self.clock, self.store_url, workdir)
         stack.callback(_close_all, self.pools)
         self.store = stack.enter_context(_task_store(self.store_url))
@@ -194,13 +209,12 @@ class LoadTest:
         self.recorder = self._open_trace(stack)
 
     def _clients(self, stack: ExitStack) -> dict[str, DownstreamClient]:
-        limits = httpx.Limits(max_connections=self.workers + 8,
-                              max_keepalive_connections=self.workers + 8)
         clients = {}
         for name, spec in self.scaled.downstreams.items():
-            http = stack.enter_context(httpx.Client(limits=limits, trust_env=False))
+            http = stack.enter_context(Connections(self.servers.url(name)))
             clients[name] = DownstreamClient(name, spec, self.servers.url(name), self.clock,
-                                             http)
+                                             http, self.harness)
+            clients[name].warm(min(self.workers, WARM_CONNECTIONS))
         return clients
 
     def _business(self) -> BusinessLoad | None:
@@ -223,9 +237,14 @@ class LoadTest:
         head["source"] = "loadtest"
         head["meta"]["time_scale"] = self.clock.scale
         head["meta"]["store"] = self._store_name()
+        head["meta"]["limits"] = limits_meta(self.sc)  # what `lab fit` writes back beside
+        head["meta"]["gateway"] = gateway_meta(self.sc)  # the world it estimates
         writer = TraceWriter(self.trace_path, head, flush_every=5_000)
         stack.callback(writer.abort)  # no footer unless the run completed
         self.sink.writer = writer
+        self.programs.record.emit = self.sink.scenario_event
+        if self.business is not None:
+            self.business.record.emit = self.sink.scenario_event
         return TimelineRecorder(self.view, writer)  # type: ignore[arg-type]
 
     def _store_name(self) -> str:
@@ -291,7 +310,9 @@ class LoadTest:
         self._fill_stats(server_stats)
         report = build_report(self.view)  # type: ignore[arg-type]
         report["loadtest"] = self._extras(server_stats)
-        report["loadtest"]["warnings"] = _warnings(report, self.clock.scale)
+        harness = self.harness.summary(self.clock.scale)
+        report["loadtest"]["harness"] = harness
+        report["loadtest"]["warnings"] = harness_warnings(harness)
         if self.sink.writer is not None:
             with self.sink.lock:
                 self.sink.writer.close(report)
@@ -438,19 +459,6 @@ def _unsupported(scenario: Scenario) -> list[str]:
     return notes
 
 
-def _warnings(report: dict[str, Any], scale: float) -> list[str]:
-    """Where this run is beyond what the harness reproduces faithfully (see the limits)."""
-    notes = []
-    for name, d in report["downstreams"].items():
-        if d["max_in_flight"] > MAX_FAITHFUL_IN_FLIGHT:
-            notes.append(f"{name}: {d['max_in_flight']} calls in flight at once (over "
-                         f"{MAX_FAITHFUL_IN_FLIGHT}): client and server overhead shows in "
-                         "latencies and retry timing")
-        real_rps = d["peak_rps"] / scale
-        if real_rps > MAX_FAITHFUL_REAL_RPS:
-            notes.append(f"{name}: peaks at {real_rps:,.0f} requests per real second (over "
-                         f"{MAX_FAITHFUL_REAL_RPS}): use a larger --time-scale")
-    return notes
 
 
 def _alerts(sc: Scenario, metrics: MetricsAggregator, emit: Callable[[Event], None]

@@ -21,6 +21,7 @@ class EventKind(StrEnum):
     CALL = "call"  # a downstream call ended (subject = downstream, reason = outcome kind)
     ALERT = "alert"  # an alert rule fired (dst "firing") or resolved (dst "resolved")
     LIMIT = "limit"  # an adaptive limit changed (subject = downstream, value = new limit)
+    QUERY = "query"  # a DB step's query ended (subject = pool, value = seconds it held it)
 
 
 class Event(NamedTuple):
@@ -47,7 +48,9 @@ _ALWAYS = frozenset({"t", "kind"})
 #: The one schema of events, by kind: the fields each always carries (REQUIRED) and those it
 #: may carry (OPTIONAL); every other field stays None. One meaning per field, whoever emits:
 #: `value` is seconds for WAIT (time waited) and CALL (the call's latency), the new limit for
-#: LIMIT and the measured value for ALERT; `attempt` is the task's 1-based attempt; `subject`
+#: LIMIT, the measured value for ALERT and the query's seconds for QUERY (`reason` "kept": the
+#: task keeps the connection to its end, "returned": given back at once; no task fields for a
+#: business request's query); `attempt` is the task's 1-based attempt; `subject`
 #: names the downstream, pool, gateway or alert rule; `reason` is the outcome kind of a CALL
 #: ("ok" or an error kind), what was waited for in a WAIT ("bulkhead", "pool",
 #: "pool_timeout"), why a MOVE or BREAKER change happened. A trace keeps `trace_id` only on
@@ -60,6 +63,7 @@ REQUIRED: dict[str, frozenset[str]] = {
     EventKind.CALL: _ALWAYS | {"task_id", "reason", "attempt", "subject", "value"},
     EventKind.ALERT: _ALWAYS | {"dst", "subject", "value"},
     EventKind.LIMIT: _ALWAYS | {"reason", "subject", "value"},
+    EventKind.QUERY: _ALWAYS | {"reason", "subject", "value"},
 }
 OPTIONAL: dict[str, frozenset[str]] = {
     EventKind.SUBMIT: frozenset({"batch_id"}),
@@ -69,6 +73,7 @@ OPTIONAL: dict[str, frozenset[str]] = {
     EventKind.CALL: frozenset({"batch_id", "trace_id", "worker"}),
     EventKind.ALERT: frozenset(),
     EventKind.LIMIT: frozenset(),
+    EventKind.QUERY: frozenset({"task_id", "batch_id", "trace_id", "attempt"}),
 }
 
 
@@ -85,7 +90,7 @@ def schema_problems(event: Event) -> list[str]:
                  if name not in allowed and getattr(event, name) is not None]
     if event.attempt is not None and not (isinstance(event.attempt, int) and event.attempt >= 1):
         problems.append(f"{event.kind}: attempt should be an integer >= 1, got {event.attempt!r}")
-    seconds = event.kind in (EventKind.WAIT, EventKind.CALL)
+    seconds = event.kind in (EventKind.WAIT, EventKind.CALL, EventKind.QUERY)
     if seconds and event.value is not None and not event.value >= 0:
         problems.append(f"{event.kind}: value should be seconds >= 0, got {event.value!r}")
     return problems

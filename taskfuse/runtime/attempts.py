@@ -33,10 +33,10 @@ if TYPE_CHECKING:
     from taskfuse.runtime.context import TaskContext
 
 AttemptKey = tuple[str, int]
-#: A prefetched task may wait in the buffer about this share of its timeout.
-PREFETCH_WAIT_SHARE = 0.1
-#: Weight of the newest run in the moving average of run time over timeout.
-LOAD_ALPHA = 0.2
+#: About the longest a prefetched task waits in the buffer for a thread (seconds).
+PREFETCH_WAIT_S = 0.05
+#: Weight of the newest run in the moving average of run time.
+RUN_ALPHA = 0.2
 
 
 def key_of(task: Task) -> AttemptKey:
@@ -69,11 +69,11 @@ class Attempts:
     stuck: dict[AttemptKey, Stuck] = field(default_factory=dict)
     live_threads: int = 0  # worker threads that count as capacity (not stuck)
     replacements: int = 0  # threads started to replace stuck ones, ever
-    #: Moving average of an attempt's run time over its timeout. A prefetched task's timeout
-    #: runs from its claim, so the prefetch shrinks as tasks get long against their
-    #: timeouts: a buffered task waits at most about a tenth of its timeout. It starts at 1
-    #: (no prefetch) until the first runs are seen.
-    load: float = 1.0
+    #: Moving average of an attempt's run time, in seconds. A prefetched task is RUNNING from
+    #: its claim (its timeout, its lease and its duration count from then), so the prefetch
+    #: shrinks as tasks get long: a buffered task waits about PREFETCH_WAIT_S at most. It
+    #: starts long (no prefetch) until the first runs are seen.
+    run_s: float = 1.0
 
     def __post_init__(self) -> None:
         self.work = threading.Condition(self.mu)  # a buffered attempt, or a reason to exit
@@ -95,14 +95,14 @@ class Attempts:
 
     def prefetch_now(self) -> int:
         """The prefetch the tasks' run times allow: claimed-but-waiting tasks wait about
-        `buffer / threads x run time`, kept under a tenth of their timeout."""
-        allowed = int(PREFETCH_WAIT_SHARE * max(1, self.live_threads) / max(self.load, 1e-6))
+        `buffer / threads x run time`, kept under PREFETCH_WAIT_S: enough to hide a claim's
+        round trip behind short tasks, nothing that would show in a task's duration."""
+        allowed = int(PREFETCH_WAIT_S * max(1, self.live_threads) / max(self.run_s, 1e-6))
         return min(self.prefetch, allowed)
 
-    def observe(self, run_s: float, timeout: float) -> None:
-        """Learn from one finished attempt how long tasks run against their timeouts."""
-        ratio = run_s / timeout if timeout > 0 else 1.0
-        self.load += LOAD_ALPHA * (min(ratio, 1.0) - self.load)
+    def observe(self, run_s: float) -> None:
+        """Learn from one finished attempt how long tasks run."""
+        self.run_s += RUN_ALPHA * (run_s - self.run_s)
 
     def in_flight(self) -> list[Task]:
         """Every attempt held here, for the heartbeat and the claim's exclusions."""

@@ -85,8 +85,8 @@ _MAX_ERROR_PAUSE_S = 1.0
 _AFTER_KILL_S = 1.5
 #: Largest group a claim or a commit takes at once.
 _MAX_GROUP = 256
-#: Tasks claimed ahead per worker thread at most, while tasks are short against their
-#: timeouts (the prefetch shrinks to none as they get long: `Attempts.prefetch_now`).
+#: Tasks claimed ahead per worker thread at most, while tasks are short (the prefetch shrinks
+#: to none as they get long: `Attempts.prefetch_now`).
 _PREFETCH_PER_THREAD = 16
 
 
@@ -153,7 +153,7 @@ class Runner:
         self.waits = waits
         self.stats = RunnerStats()
         if prefetch is None:  # short tasks: enough to hide a claim's round trip; long ones:
-            prefetch = min(_MAX_GROUP, _PREFETCH_PER_THREAD * workers)  # see Attempts.load
+            prefetch = min(_MAX_GROUP, _PREFETCH_PER_THREAD * workers)  # see Attempts.run_s
         self.attempts = Attempts(workers, prefetch)
         self.stuck_after_s = stuck_after_s
         self.stuck_threads_max = workers if stuck_threads_max is None else stuck_threads_max
@@ -567,7 +567,7 @@ class Runner:
             began = time.monotonic()
             outcome = self._execute(ctx)
             with at.mu:
-                at.observe(time.monotonic() - began, ctx.task.timeout)
+                at.observe(time.monotonic() - began)
                 at.running.pop(key, None)
                 at.stopped.pop(key, None)
                 self._thread_of.pop(key, None)

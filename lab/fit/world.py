@@ -1,0 +1,109 @@
+"""The whole fit of one recorded run: every estimator, and the world and limits they make.
+
+`fit_run` calls the estimators (one module each) and keeps their answers; `world()` turns
+them into today's world keys of a scenario, `limits()` reads the limits the run used from
+the trace header (a load test writes them there; other traces get the defaults, said so in
+`notes`). `lab.fit.writer` puts the two together into one scenario file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.fit.arrivals import ArrivalFit, fit_arrivals
+from lab.fit.business import BusinessFit, fit_business
+from lab.fit.data import RunData
+from lab.fit.pools import PoolFit, fit_pools
+from lab.fit.programs import ProgramFit, fit_programs
+from lab.fit.provider import ProviderFit, fit_provider
+
+
+@dataclass
+class RunFit:
+    run: RunData
+    providers: dict[str, ProviderFit]
+    arrivals: dict[str, ArrivalFit]
+    programs: dict[str, ProgramFit]
+    pools: dict[str, PoolFit]
+    business: BusinessFit | None
+    notes: list[str] = field(default_factory=list)
+
+    def batch_ids(self) -> list[str]:
+        known = [b for b in self.run.meta.get("batches") or [] if b in self.arrivals]
+        rest = sorted((b for b in self.arrivals if b not in known),
+                      key=lambda b: float(self.run.submits[b][0]))
+        return known + rest
+
+    def world(self) -> dict[str, Any]:
+        """The world as today's scenario keys (pools, providers, business, batches, slo)."""
+        pools = {}
+        for name, p in self.pools.items():
+            size = p.size.value if p.size.value is not None else (p.max_in_use or 1)
+            pools[name] = {"size": int(size)}
+        batches = []
+        for b in self.batch_ids():
+            program = self.programs.get(b)
+            batches.append({"id": b, "count": self.arrivals[b].count,
+                            "arrival": self.arrivals[b].spec(),
+                            "program": program.spec() if program and program.steps
+                            else [{"work": 0.0}]})
+        return {
+            "pools": pools,
+            "downstreams": {n: {"provider": p.spec()} for n, p in self.providers.items()},
+            "business": self.business.spec() if self.business else None,
+            "batches": batches,
+            "slo": dict(self.run.meta.get("slo") or {}),
+        }
+
+    def limits(self) -> dict[str, Any]:
+        """The limits the run used, as recorded in its header (today's inline keys)."""
+        recorded = self.run.limits
+        if recorded is not None:
+            return dict(recorded)
+        workers = self.run.meta.get("workers")
+        out: dict[str, Any] = {"horizon_s": max(3600.0, 3 * self.run.end_t)}
+        if workers is not None:
+            out["workers"] = workers
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "trace": str(self.run.path),
+            "source": self.run.source,
+            "time_scale": self.run.time_scale,
+            "run_s": round(self.run.end_t, 3),
+            "downstreams": {n: p.as_json() for n, p in self.providers.items()},
+            "batches": {b: {"arrival": self.arrivals[b].as_json(),
+                            "program": self.programs[b].as_json() if b in self.programs
+                            else None} for b in self.batch_ids()},
+            "pools": {n: p.as_json() for n, p in self.pools.items()},
+            "business": self.business.as_json() if self.business else None,
+            "limits_recorded": self.run.limits is not None,
+            "notes": self.notes,
+        }
+
+
+def fit_run(run: RunData) -> RunFit:
+    """Every estimator over one run (see the package doc for what each needs)."""
+    notes = []
+    if run.limits is None:
+        notes.append("the trace does not record the run's limits (only a load test does): "
+                     "the fitted scenario carries the defaults and the recorded worker count")
+    if not run.calls and not run.db and not run.submits:
+        notes.append("the trace has no calls, DB steps or submits: nothing to fit")
+    if run.source == "lab":
+        notes.append("a simulation's trace: fitting it learns the simulator's world back")
+    paced = {name for name, ds in ((run.limits or {}).get("downstreams") or {}).items()
+             if (ds.get("client") or {}).get("rate_limit")}
+    if run.report is None:
+        notes.append("the run did not finish (no footer): the fit covers what was recorded")
+    return RunFit(
+        run=run,
+        providers={name: fit_provider(name, calls) for name, calls in run.calls.items()},
+        arrivals={b: fit_arrivals(t, run.end_t) for b, t in run.submits.items() if len(t)},
+        programs=fit_programs(run, paced),
+        pools=fit_pools(run),
+        business=fit_business(run),
+        notes=notes,
+    )

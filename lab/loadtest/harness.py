@@ -1,0 +1,118 @@
+"""What the load test's own machinery added to a run, so the report can say when the harness,
+not the system under test, is the bottleneck.
+
+Two measurements, both in real seconds as they happen and in scenario seconds in the report:
+
+* per call, the overhead: the latency the client measured less the time the emulated provider
+  says it spent (its `X-Served-S` header: outage, bucket, queue and service). What is left is
+  the client's own Python, the interpreter lock shared with every worker thread, the loopback
+  network and the server's event loop. The simulator has none of it, so where it is a visible
+  share of a call, latencies, timeouts and retry timing are partly the harness's;
+* per timer (work steps, backoff sleeps, DB holds, arrival pacing), how late it woke: a timer
+  that fires late stretches every step it times.
+
+`warnings` turns them into lines of the report when the median overhead passes
+`OVERHEAD_SHARE` of the median call, its p99 `BURST_SHARE` of it, or the median lateness
+`LATE_SHARE` of the median timer. These replace fixed limits on calls in flight and requests
+per second: the same 800 calls in flight cost the harness little when they wait on a slow
+provider and a lot when they arrive in one burst.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+#: Past these shares, the report warns that the harness shows in the numbers.
+OVERHEAD_SHARE = 0.05
+LATE_SHARE = 0.05
+#: ... or when its p99 passes this share of the median call (bursts smeared).
+BURST_SHARE = 0.25
+#: At most this many samples are kept per measure (evenly thinned beyond).
+MAX_SAMPLES = 200_000
+
+
+class HarnessStats:
+    """Thread-safe collector of call overheads (per downstream) and timer lateness."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.overhead: dict[str, list[float]] = {}
+        self.latency: dict[str, list[float]] = {}
+        self.asked: list[float] = []
+        self.late: list[float] = []
+
+    def call(self, name: str, measured: float, served: float | None) -> None:
+        """One call of `measured` real seconds, `served` of them at the provider."""
+        if served is None:
+            return
+        with self.lock:
+            if len(self.latency.setdefault(name, [])) < MAX_SAMPLES:
+                self.latency[name].append(measured)
+                self.overhead.setdefault(name, []).append(max(0.0, measured - served))
+
+    def timer(self, asked: float, slept: float) -> None:
+        """A timer asked for `asked` real seconds and woke after `slept`."""
+        with self.lock:
+            if len(self.asked) < MAX_SAMPLES:
+                self.asked.append(asked)
+                self.late.append(max(0.0, slept - asked))
+
+    def summary(self, scale: float) -> dict[str, Any]:
+        """Percentiles in scenario seconds (real / scale), and shares of the median."""
+        with self.lock:
+            calls = {name: _calls(self.overhead[name], self.latency[name], scale)
+                     for name in sorted(self.overhead)}
+            timers = _timers(self.asked, self.late, scale)
+        return {"calls": calls, "timers": timers}
+
+
+def warnings(summary: dict[str, Any]) -> list[str]:
+    """Report lines where the harness's own time is a visible share of what it measured."""
+    notes = []
+    for name, c in summary["calls"].items():
+        share = c["overhead_share_of_median"]
+        if share is not None and c["overhead_p50_s"] and (
+                c["overhead_p99_s"] / c["overhead_p50_s"] * share > BURST_SHARE):
+            notes.append(f"{name}: the slowest calls wait {c['overhead_p99_s'] * 1000:.1f} ms "
+                         "(p99, scenario time) for the harness, "
+                         f"{c['overhead_p99_s'] / c['overhead_p50_s'] * share:.0%} of a median "
+                         "call: bursts of requests are smeared (a larger --time-scale helps)")
+        if share is not None and share > OVERHEAD_SHARE:
+            notes.append(f"{name}: the harness adds {c['overhead_p50_s'] * 1000:.1f} ms "
+                         f"(p99 {c['overhead_p99_s'] * 1000:.1f} ms, scenario time) to a call, "
+                         f"{c['overhead_share_of_median']:.0%} of its median: latencies and "
+                         "timeouts are partly the harness's (a larger --time-scale helps)")
+    t = summary["timers"]
+    if t["late_share_of_median"] is not None and t["late_share_of_median"] > LATE_SHARE:
+        notes.append(f"timers wake {t['late_p50_s'] * 1000:.1f} ms late (p99 "
+                     f"{t['late_p99_s'] * 1000:.1f} ms, scenario time), "
+                     f"{t['late_share_of_median']:.0%} of the median sleep: work, backoff and "
+                     "holds are stretched (a larger --time-scale helps)")
+    return notes
+
+
+def _calls(overhead: list[float], latency: list[float], scale: float) -> dict[str, Any]:
+    o, lat = np.asarray(overhead), np.asarray(latency)
+    median = float(np.median(lat)) if len(lat) else 0.0
+    p50 = float(np.median(o)) if len(o) else None
+    return {"calls": len(o), "overhead_p50_s": _s(p50, scale),
+            "overhead_p99_s": _s(float(np.percentile(o, 99)) if len(o) else None, scale),
+            "overhead_share_of_median": round(p50 / median, 4) if p50 is not None and median
+            else None}
+
+
+def _timers(asked: list[float], late: list[float], scale: float) -> dict[str, Any]:
+    a, lt = np.asarray(asked), np.asarray(late)
+    median = float(np.median(a)) if len(a) else 0.0
+    p50 = float(np.median(lt)) if len(lt) else None
+    return {"timers": len(lt), "late_p50_s": _s(p50, scale),
+            "late_p99_s": _s(float(np.percentile(lt, 99)) if len(lt) else None, scale),
+            "late_share_of_median": round(p50 / median, 4) if p50 is not None and median
+            else None}
+
+
+def _s(real: float | None, scale: float) -> float | None:
+    return None if real is None else round(real / scale, 6)

@@ -1,0 +1,208 @@
+"""`lab fit` against the truth: a load test of a provider whose parameters are drawn at random
+and hidden from the fit, fitted, simulated and compared with the recorded run.
+
+The world is built so that every parameter shows in the run: three waves of tasks, each
+starting after the provider's bucket has refilled (its burst lets a queue form at the
+servers, then the rate meters the rest and answers 429s), the rate between 60 and 80 % of
+what the servers can serve, and enough calls that the error rate is known to a few percent.
+One recording (about 15 s at time scale 0.25) serves every test here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lab.cli import main
+from lab.fit import fit_trace, fitted_scenario
+from lab.fit.world import RunFit
+from lab.loadtest.runner import run_loadtest
+from lab.run import run_scenario
+from lab.scenario import parse_scenario
+from taskfuse.trace import TraceWriter
+
+SCALE = 0.25
+DRAW_SEED = 2
+#: How far a fitted number may be from the hidden truth, and the simulated run from the real.
+FIT_TOLERANCE = 0.15
+MAKESPAN_TOLERANCE = 0.10
+P99_TOLERANCE = 0.20
+
+
+def hidden_provider(seed: int) -> dict[str, float]:
+    """The provider's parameters, drawn with a seeded Generator and never shown to the fit."""
+    g = np.random.default_rng(seed)
+    servers = int(g.integers(4, 8))
+    rate = float(g.uniform(12, 24))
+    return {
+        "servers": servers,
+        "rate": rate,
+        "burst": float(round(servers * g.uniform(1.8, 3.0))),
+        "mean": float(g.uniform(0.6, 0.8)) * servers / rate,  # utilization 60-80 %
+        "cv": float(g.uniform(0.3, 0.6)),
+        "error": float(g.uniform(0.2, 0.3)),
+    }
+
+
+def scenario_text(p: dict[str, float]) -> str:
+    per_wave = int(p["burst"] + 20 * p["rate"])
+    waves = "".join(f"""
+  - id: wave{i}
+    count: {per_wave}
+    arrival: {{kind: closed, start_s: {23 * i}}}
+    program:
+      - call: {{downstream: partner}}""" for i in range(3))
+    return f"""
+name: hidden
+seed: 4
+horizon_s: 900
+workers: {int(p["burst"]) + 4}
+task_timeout_s: 600
+retry: {{max_retry: 0}}
+downstreams:
+  partner:
+    provider:
+      rate: {p['rate']:.6g}
+      burst: {p['burst']:.6g}
+      capacity:
+        servers: {p['servers']}
+        service: {{dist: lognormal, mean: {p['mean']:.6g}, cv: {p['cv']:.6g}}}
+      errors: {{http_503: {p['error']:.6g}}}
+    client:
+      retry: {{max_retry: 60, backoff: {{kind: exponential, base: 0.1, cap: 0.5, jitter: full}}}}
+batches:{waves}
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, float], Path,
+                                                              dict[str, Any]]:
+    truth = hidden_provider(DRAW_SEED)
+    trace = tmp_path_factory.mktemp("fit") / "hidden.trace"
+    report = run_loadtest(parse_scenario(scenario_text(truth)), time_scale=SCALE,
+                          trace=trace).report
+    return truth, trace, report
+
+
+@pytest.fixture(scope="module")
+def fit(recorded: tuple[dict[str, float], Path, dict[str, Any]]) -> RunFit:
+    return fit_trace(recorded[1])
+
+
+def test_fitted_provider_lands_within_15_percent_of_the_hidden_truth(
+    recorded: tuple[dict[str, float], Path, dict[str, Any]], fit: RunFit,
+) -> None:
+    truth = recorded[0]
+    p = fit.providers["partner"]
+    assert p.service is not None
+    fitted = {"rate": p.rate_limit.rate.value, "burst": p.rate_limit.burst.value,
+              "servers": p.capacity.servers.value, "mean": p.service.mean.value,
+              "cv": p.service.cv.value, "error": p.errors.rates["http_503"].value}
+    off = {k: abs(fitted[k] / truth[k] - 1) for k in truth}  # type: ignore[operator]
+    assert max(off.values()) <= FIT_TOLERANCE, (truth, fitted)
+    assert p.outages == [] and p.slowdowns == []
+
+
+def test_simulating_the_fitted_scenario_predicts_the_recorded_run(
+    recorded: tuple[dict[str, float], Path, dict[str, Any]], fit: RunFit,
+) -> None:
+    real = recorded[2]
+    sim = run_scenario(parse_scenario(fitted_scenario(fit))).report
+    # a task fails only after 60 failed calls: a handful either way is the tail of chance
+    assert abs(sim["tasks"]["SUCCESS"] - real["tasks"]["SUCCESS"]) <= 0.01 * real["tasks"][
+        "submitted"]
+    assert sim["makespan_s"] == pytest.approx(real["makespan_s"], rel=MAKESPAN_TOLERANCE)
+    assert sim["run_s"]["p99"] == pytest.approx(real["run_s"]["p99"], rel=P99_TOLERANCE)
+    ds_sim, ds_real = sim["downstreams"]["partner"], real["downstreams"]["partner"]
+    assert ds_sim["latency_p99_s"] == pytest.approx(ds_real["latency_p99_s"], rel=P99_TOLERANCE)
+
+
+def test_lab_fit_writes_a_scenario_and_compare_real_holds_it_to_the_run(
+    recorded: tuple[dict[str, float], Path, dict[str, Any]], tmp_path: Path, capsys,
+) -> None:
+    trace = recorded[1]
+    out = tmp_path / "fitted.yaml"
+    assert main(["fit", str(trace), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "rate limit" in text and "servers" in text and str(out) in text
+    scenario = parse_scenario(out.read_text(), str(out))
+    assert scenario.workers == int(recorded[0]["burst"]) + 4  # the run's limits came along
+    assert scenario.downstreams["partner"].client.retry.max_retry == 60
+    code = main(["compare", "--real", str(trace), str(out), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    rows = {r["metric"]: r for r in result["metrics"]}
+    assert code in (0, 1) and result["time_scale"] == SCALE
+    assert abs(rows["makespan_s"]["rel_diff"]) <= MAKESPAN_TOLERANCE
+    assert not rows["downstreams.partner.calls"]["flagged"]
+
+
+def test_the_fit_report_says_what_the_run_cannot_tell(tmp_path: Path, capsys) -> None:
+    sc = parse_scenario(scenario_text(hidden_provider(DRAW_SEED)))
+    trace = tmp_path / "tiny.trace"
+    # a provider far above the load: no 429, no queue; limits and world otherwise as above
+    quiet = sc.model_copy(update={"batches": [sc.batches[0].model_copy(update={"count": 40})]})
+    run_loadtest(quiet.model_copy(update={"downstreams": {"partner": sc.downstreams[
+        "partner"].model_copy(update={"provider": sc.downstreams["partner"].provider.model_copy(
+            update={"rate": 1000.0, "burst": 1000.0, "capacity": None})})}}),
+        time_scale=SCALE, trace=trace)
+    assert main(["fit", str(trace), "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)["downstreams"]["partner"]
+    assert "not identifiable" in fitted["rate_limit"]["rate_per_s"]["note"]
+    assert "not identifiable" in fitted["capacity"]["servers"]["note"]
+
+
+@pytest.mark.parametrize("content", [None, b"not a trace", b"TFTRACE1\n"])
+def test_bad_traces_are_one_line_and_exit_2(tmp_path: Path, capsys,
+                                            content: bytes | None) -> None:
+    path = tmp_path / "run.trace"
+    if content is not None:
+        path.write_bytes(content)
+    out = tmp_path / "never.yaml"
+    assert main(["fit", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err
+    assert not out.exists()
+
+
+def test_compare_real_needs_a_finished_run(tmp_path: Path, capsys) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(scenario_text(hidden_provider(DRAW_SEED)))
+    trace = tmp_path / "cut.trace"
+    TraceWriter(trace, {"source": "loadtest", "series": []}).abort()  # no footer
+    assert main(["compare", "--real", str(trace), str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did not finish" in err
+
+
+def test_a_runtime_trace_without_limits_is_fitted_with_defaults_said_so(tmp_path: Path,
+                                                                      capsys) -> None:
+    """`taskfuse worker --trace` writes no limits and no DB steps: the world is still fitted
+    from its calls and moves, and the scenario says where its limits came from."""
+    trace = tmp_path / "worker.trace"
+    writer = TraceWriter(trace, {"source": "runtime", "series": [],
+                                 "meta": {"downstreams": ["api"], "workers": 4}})
+    rng = np.random.default_rng(12)
+    for i in range(200):
+        task, start = f"t{i}", i * 0.05
+        writer.event((start, "submit", task, "sync", "x", None, "PENDING", None, 1, None,
+                      None, None))
+        writer.event((start, "move", task, "sync", None, "PENDING", "RUNNING", "claim", 1,
+                      "w1", None, None))
+        latency = float(rng.lognormal(np.log(0.08), 0.3))
+        writer.event((start + 0.0005 + latency, "call", task, "sync", None, None, None, "ok", 1,
+                      None, "api", latency))
+        writer.event((start + 0.001 + latency + 0.1, "move", task, "sync", None, "RUNNING",
+                      "SUCCESS", "ok", 1, "w1", None, None))
+    writer.close({"sim_time_s": 10.5})
+    out = tmp_path / "fitted.yaml"
+    assert main(["fit", str(trace), "--out", str(out)]) == 0
+    assert "does not record the run's limits" in capsys.readouterr().out
+    scenario = parse_scenario(out.read_text(), str(out))
+    assert scenario.workers == 4 and scenario.batches[0].arrival.kind == "poisson"
+    latency = scenario.downstreams["api"].provider.latency
+    assert latency.mean == pytest.approx(0.08 * np.exp(0.045), rel=0.1)
+    assert [type(s).__name__ for s in scenario.batches[0].program] == ["CallStep", "WorkStep"]
