@@ -65,8 +65,12 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def open_store(url: str) -> Store:
-    """Open the store a URL names; raises StoreURLError with the URL redacted."""
+def open_store(url: str, read_only: bool = False) -> Store:
+    """Open the store a URL names; raises StoreURLError with the URL redacted.
+
+    `read_only` (a watcher such as the fleet view): nothing is created or migrated, a store
+    that does not exist is an error, and the connections cannot write.
+    """
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         from taskfuse.store.memory import MemoryStore
@@ -75,11 +79,11 @@ def open_store(url: str) -> Store:
     if scheme == "sqlite":
         from taskfuse.store.sqlite import SQLiteStore
 
-        return SQLiteStore.from_url(url)
+        return SQLiteStore.from_url(url, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         from taskfuse.store.postgres import PostgresStore
 
-        return PostgresStore.from_url(url)
+        return PostgresStore.from_url(url, read_only=read_only)
     raise StoreURLError(
         f"unknown store URL scheme {scheme!r} in {redact_url(url)!r}: expected memory://, "
         "sqlite:///PATH or postgresql://..."
