@@ -4,8 +4,8 @@ At 80x24 two columns: the run (queue and workers, downstreams, pools) and its ef
 (business, batches, alerts), every number whole. More height draws more history (four charts
 in the overview, a request-rate chart per downstream, waiters per pool) and, from `TALL`
 rows, lists what just happened (breakers, alerts, failures, retries) under the alerts; from
-`WIDE` columns that list gets a column of its own. Panels keep their text; only the room for
-charts and lists changes.
+`WIDE` columns a third column lists the tasks running at the cursor. Panels keep their
+text; only the room for charts and lists changes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 
+from tui.fmt import fmt_t
 from tui.screens.base import MonitorScreen
 from tui.widgets.alerts import AlertPanel
 from tui.widgets.batches import BatchPanel
@@ -21,12 +22,14 @@ from tui.widgets.downstreams import DownstreamPanel
 from tui.widgets.events import EventsPanel
 from tui.widgets.overview import OverviewPanel
 from tui.widgets.pools import PoolPanel
+from tui.widgets.running import RunningPanel
 
 #: From this many columns, a third column lists notable events.
 WIDE = 150
 #: From this many rows, downstreams and pools draw their history under their numbers.
 TALL = 36
-#: Rows the business panel keeps for itself (numbers and a chart) before batches get theirs.
+#: Rows the business panel keeps for itself (numbers and a chart) before batches get theirs
+#: (it keeps twelve when tall or wide).
 BUSINESS_ROWS = 6
 #: Rows the events list keeps when it shares the right column.
 EVENTS_ROWS = 4
@@ -39,12 +42,10 @@ class DashboardScreen(MonitorScreen):
     DEFAULT_CSS = """
     #dash { height: 1fr; }
     .dash-col { width: 1fr; height: 1fr; }
-    #events-col, #events-side { display: none; }
-    DashboardScreen.-wide #events-col { display: block; width: 1fr; height: 1fr; }
-    DashboardScreen.-tall #events-side { display: block; }
-    DashboardScreen.-tall BusinessPanel { height: 12; }
-    DashboardScreen.-wide BusinessPanel { height: 1fr; }
-    DashboardScreen.-wide #events-side { display: none; }
+    #running-col, EventsPanel { display: none; }
+    DashboardScreen.-wide #running-col { display: block; width: 1fr; height: 1fr; }
+    DashboardScreen.-tall EventsPanel, DashboardScreen.-wide EventsPanel { display: block; }
+    DashboardScreen.-tall BusinessPanel, DashboardScreen.-wide BusinessPanel { height: 14; }
     """
 
     def compose_body(self) -> ComposeResult:
@@ -57,9 +58,9 @@ class DashboardScreen(MonitorScreen):
                 yield BusinessPanel()
                 yield BatchPanel()
                 yield AlertPanel()
-                yield EventsPanel(id="events-side")
-            with Vertical(id="events-col"):
-                yield EventsPanel(id="events-wide")
+                yield EventsPanel()
+            with Vertical(id="running-col"):
+                yield RunningPanel()
 
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "-wide")
@@ -85,15 +86,25 @@ class DashboardScreen(MonitorScreen):
         batches.rows = snap.batches
         batches.border_title = "batches" if all(b.final for b in snap.batches) \
             else f"batches · loading {self.model.loaded:.0%}"
-        for events in self.query(EventsPanel):
-            if events.display:
-                events.known = self.model.events_loaded
-                events.rows = tuple(self.model.tasks.notable(self.t, events.content_size.height))
+        events = self.query_one(EventsPanel)
+        if events.display:
+            events.known = self.model.final_at(self.t)
+            events.rows = tuple(self.model.tasks.notable(self.t, events.content_size.height))
+        if self.has_class("-wide"):
+            self._show_running()
+
+    def _show_running(self) -> None:
+        panel = self.query_one(RunningPanel)
+        tasks = self.model.tasks
+        sel = tasks.select(self.t, "RUNNING")
+        panel.known = self.model.final_at(self.t)
+        panel.border_title = f"running {len(sel)} at {fmt_t(self.t)}"
+        panel.rows = tuple(tasks.rows(sel, 0, max(1, panel.content_size.height)))
 
     def _batch_lines(self, alert_lines: int) -> int:
         """Lines the batch list may take: what the right column leaves after the business
         panel's own rows, the alerts and the events list (each border takes two)."""
         body = self.query_one("#dash").size.height
-        events = EVENTS_ROWS + 2 if self.has_class("-tall") and not self.has_class("-wide") \
-            else 0
-        return max(2, body - (BUSINESS_ROWS + 2) - (max(1, alert_lines) + 2) - 2 - events)
+        events = EVENTS_ROWS + 2 if self.has_class("-tall") or self.has_class("-wide") else 0
+        business = 12 if self.has_class("-tall") or self.has_class("-wide") else BUSINESS_ROWS
+        return max(2, body - (business + 2) - (max(1, alert_lines) + 2) - 2 - events)

@@ -64,7 +64,7 @@ class HelpScreen(ModalScreen[None]):
     """A modal key list; esc, q or ? closes it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,question_mark", "dismiss_help", "close"),
+        Binding("escape,q,question_mark", "dismiss_help", "close", show=False),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -83,7 +83,9 @@ class HelpScreen(ModalScreen[None]):
         yield Static(id="help")
 
     def on_mount(self) -> None:
-        self.query_one("#help", Static).border_title = self.title_text
+        box = self.query_one("#help", Static)
+        box.border_title = self.title_text
+        box.border_subtitle = "esc close"
         self._layout()
 
     def on_resize(self) -> None:

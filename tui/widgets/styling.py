@@ -43,7 +43,7 @@ def breaker_text(widget: Widget, state: str | None, reopen_in: float | None = No
     so ("OPEN" alone) rather than guessing; `short` writes "OPEN ½ 12s" for tight rows.
     """
     if state is None:
-        return Text("–", tone(widget, "tf--dim"))
+        return Text("no breaker", tone(widget, "tf--dim"))
     label = BREAKER_LABELS.get(state, state.upper())
     text = Text(label, tone(widget, BREAKER_TONE.get(state, "tf--dim")) + Style(bold=True))
     if state == "open" and reopen_in is not None:
