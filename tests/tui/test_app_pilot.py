@@ -395,3 +395,106 @@ def test_the_lab_incident_shows_the_gateway_breaker(lab_incident: Path) -> None:
         assert "gateway CLOSED" in text_of(biz)
 
     drive(create_app(lab_incident), scenario)
+
+
+def test_counts_say_loading_until_they_are_final(incident: Incident) -> None:
+    """While event frames are still being decoded, the task view's counts are lower bounds:
+    `≥` and "loading N%", never a number that looks final."""
+    import threading
+
+    app = create_app(incident.path)
+    decode, calls = app.source.decode_next, [0]
+    reached, release = threading.Event(), threading.Event()
+
+    def gated() -> object:  # two frames go through, then loading waits for the test
+        calls[0] += 1
+        if calls[0] == 3:
+            reached.set()
+            release.wait(30)
+        return decode()
+
+    app.source.decode_next = gated  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert await asyncio.to_thread(reached.wait, 30)
+            await pilot.pause()
+            app.seek(incident.t_end)
+            await pilot.press("t")
+            header = str(app.screen.query_one("#task-filter").render())
+            assert "all ≥" in header and "loading" in header and "counts only grow" in header
+            loaded = app.model.loaded
+            assert 0 < loaded < 1
+            assert f"loading {loaded:.0%}" in text_of(app.screen.query_one(TimeBar))
+            release.set()
+            await app.wait_idle()
+            await pilot.pause()
+            header = str(app.screen.query_one("#task-filter").render())
+            assert "≥" not in header and "loading" not in header
+            assert f"all {incident.n_tasks}" in header
+
+    asyncio.run(main())
+
+
+def test_live_pause_and_play_are_one_indicator(tmp_path: Path) -> None:
+    """A followed run: LIVE rides the end; space pauses (the cursor stays while the run
+    grows); space plays from there and is LIVE again once it reaches the end."""
+    path = tmp_path / "live.trace"
+    writer = TraceWriter(path, _live_header(), flush_every=5)
+    for k in range(3):
+        writer.sample(float(k), [k, 1, 4, 0])
+    writer.flush()
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        bar = app.screen.query_one(TimeBar)
+        assert app.live and text_of(bar).startswith("● LIVE")
+        await pilot.press("space")
+        assert not app.live and not app.playing and text_of(bar).startswith("⏸ x1")
+        for k in range(3, 20):
+            writer.sample(float(k), [k, 1, 4, 0])
+        writer.flush()
+        app.poll_now()
+        await app.wait_idle()
+        await pilot.pause()
+        assert app.t == 2.0  # paused: the cursor stays
+        assert "following, 17s behind" in text_of(bar)
+        await pilot.press("space")
+        assert app.playing and text_of(bar).startswith("▶ x1")
+        app.advance(5.0)
+        assert app.t == 7.0 and app.playing
+        app.advance(100.0)  # reaches the end of what is written: LIVE again
+        await pilot.pause()
+        assert app.live and not app.playing and app.t == 19.0
+        assert text_of(bar).startswith("● LIVE")
+
+    drive(create_app(path, follow=True, poll_s=3600), scenario)
+
+
+def test_following_an_idle_file_reads_nothing(tmp_path: Path) -> None:
+    """The follow timer only stats the file: no read, no redraw while it does not change,
+    and it checks less and less often (1.5x per idle check, up to POLL_MAX_S)."""
+    from tui.app import POLL_MAX_S
+
+    path = tmp_path / "idle.trace"
+    writer = TraceWriter(path, _live_header(), flush_every=5)
+    writer.sample(0.0, [1, 1, 4, 0])
+    writer.flush()
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        reads = app.polls
+        for _ in range(20):
+            assert app.poll_now() is False
+        assert app.polls == reads
+        delays = []
+        for _ in range(12):
+            app._poll_tick()
+            delays.append(app._poll_delay)
+        assert delays[0] == pytest.approx(0.375) and delays[-1] == POLL_MAX_S
+        writer.sample(1.0, [2, 1, 4, 0])
+        writer.flush()
+        app._poll_tick()  # changed: read at once, and back to the short interval
+        await app.wait_idle()
+        assert app.polls == reads + 1 and app._poll_delay == app.poll_s
+        assert app.model.span[1] == 1.0
+
+    drive(create_app(path, follow=True), scenario)

@@ -37,7 +37,7 @@ class CommandBar(Horizontal):
     CommandBar > #prompt-info { width: auto; max-width: 50%; padding: 0 1; color: $text-muted; }
     CommandBar > #prompt-info.-miss { color: $warning; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "close", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "cancel")]
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]

@@ -64,6 +64,14 @@ class TaskTable(DataTable[object]):
             self.add_row(*self.cells(r), key=r.task_id)
         if rows:
             self.move_cursor(row=min(keep, len(rows) - 1), animate=False, scroll=False)
+        if self.PAGED:
+            self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """Long cells brought a horizontal scrollbar, which takes a row: refill the window
+        one row shorter rather than let the last row hide under it."""
+        if self.row_count > self.page_rows:
+            self.post_message(PageMove(0))
 
     def cells(self, r: TaskRow) -> tuple[object, ...]:
         state = Text(r.state, tone(self, STATE_TONE.get(r.state, "tf--dim")))
