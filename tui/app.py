@@ -123,8 +123,13 @@ class MonitorApp(App[int]):
         self._frame_timer = self.set_interval(FRAME_S, self._frame, pause=True)
         if self.source.follow:
             self.set_timer(self.poll_s, self._poll_tick)
+        self._busy = True  # loading starts once the first screen is on the terminal: the
+        self._idle.clear()  # decoding thread competes with the UI for the interpreter
+        self.call_after_refresh(self._first_screen_shown)
+
+    def _first_screen_shown(self) -> None:
+        self._sync()
         self._start_pump(poll=False)
-        self.call_after_refresh(self._sync)
 
     @property
     def events_loaded(self) -> bool:

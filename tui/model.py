@@ -435,7 +435,10 @@ class TraceModel:
         gateway = at(GATEWAY, t)
         biz = snap.business
         if gateway is not None:
-            reopen = self._reopen_in(GATEWAY, t) if gateway == "open" else None
+            reopen = None
+            if gateway == "open":
+                reopen = biz.reopen_in if biz.reopen_in is not None \
+                    else self._reopen_in(GATEWAY, t)
             biz = replace(biz, breaker=gateway, reopen_in=reopen)
         return replace(snap, downstreams=ds, business=biz)
 
@@ -482,10 +485,13 @@ def snapshot(
                 chart(f"pool.{p}.waiting"))
         for p in meta.pools
     )
+    gateway = breaker_name(v("biz.breaker", i))
+    reopen = v("biz.reopen_in", i)  # a writer that records it; else the events tell
     biz = Business(
         any(tl.has(f"biz.{k}") for k in ("p99", "breaker")),
         v("biz.p50", i), v("biz.p99", i), v("biz.slo_p99", i), v("biz.timeouts", i),
-        breaker_name(v("biz.breaker", i)), chart("biz.p99"),
+        gateway, chart("biz.p99"),
+        max(0.0, reopen - since) if reopen is not None and gateway == "open" else None,
     )
     batches = tuple(
         BatchRow(b, {s: int(v(f"batch.{b}.{s}", i) or 0) for s in STATES}, v(f"batch.{b}.p99", i))

@@ -5,8 +5,9 @@ Why not a Python loop per keystroke: a 1,000,000-task trace has a million task i
 newline-joined segments (one per decoded chunk, so growing never copies what is there), and a
 substring is found by `re.finditer` in C over each segment; a match position maps back to its
 word with one `searchsorted` on the segment's word starts. A query that matches most words
-(`t0`) costs more in match objects than the plain loop, so past a share of matches (counted
-first with `str.count`, also C) the loop is used instead.
+(`t`, the first keystroke of any search) would cost a million match objects, so past a share
+of matches (counted first with `str.count`, also C) the segment's bytes are compared with
+the query as numpy arrays instead: one vectorized comparison per character of the query.
 
 Fuzzy (the query's characters in order, any case: `s12` finds `sku-12`) is the fallback when
 no id contains the query. It is a regex with lazy gaps, several times slower than a substring,
@@ -41,6 +42,7 @@ class WordSearch:
     def __init__(self, words: list[str]) -> None:
         self.words = words
         self._segments: list[tuple[str, np.ndarray, int]] = []  # blob, word starts, first code
+        self._bytes: dict[int, np.ndarray | None] = {}  # segment -> its bytes, if ASCII
         self._n = 0
 
     def _sync(self) -> None:
@@ -71,10 +73,32 @@ class WordSearch:
         total = sum(blob.count(query) for blob, _, _ in self._segments)
         if total == 0:
             return np.empty(0, np.int64)
-        if total > _LOOP_SHARE * self._n:
-            return np.fromiter((i for i, w in enumerate(self.words[: self._n]) if query in w),
-                               np.int64)
+        if total > _LOOP_SHARE * self._n and query.isascii():
+            return self._many(query)
         return self._positions(re.compile(re.escape(query)))
+
+    def _many(self, query: str) -> np.ndarray:
+        """Words containing `query` when most do: compare bytes as arrays (ASCII segments),
+        or loop over the words of a segment that is not ASCII."""
+        q = np.frombuffer(query.encode(), np.uint8)
+        out = []
+        for k, (blob, starts, first) in enumerate(self._segments):
+            data = self._bytes.get(k, False)
+            if data is False:
+                data = self._bytes[k] = np.frombuffer(blob.encode(), np.uint8) \
+                    if blob.isascii() else None
+            if data is None:
+                words = self.words[first : first + len(starts)]
+                out.append(np.fromiter((first + i for i, w in enumerate(words) if query in w),
+                                       np.int64))
+                continue
+            n = len(data) - len(q) + 1
+            hit = data[:n] == q[0]
+            for j in range(1, len(q)):
+                hit &= data[j : j + n] == q[j]
+            pos = np.flatnonzero(hit)
+            out.append(_words_at(starts, pos) + first)
+        return np.concatenate(out) if out else np.empty(0, np.int64)
 
     def fuzzy(self, query: str) -> np.ndarray:
         self._sync()
@@ -86,5 +110,14 @@ class WordSearch:
         for blob, starts, first in self._segments:
             pos = np.fromiter((m.start() for m in pattern.finditer(blob)), np.int64)
             if len(pos):
-                out.append(np.unique(np.searchsorted(starts, pos, "right") - 1) + first)
+                out.append(_words_at(starts, pos) + first)
         return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+def _words_at(starts: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The words (indexes into `starts`) that sorted character positions fall in, each once.
+    Positions come sorted, so a neighbour comparison dedupes (np.unique would hash)."""
+    words = np.searchsorted(starts, pos, "right") - 1
+    if len(words) < 2:
+        return words
+    return words[np.concatenate(([True], words[1:] != words[:-1]))]

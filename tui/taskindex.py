@@ -442,9 +442,13 @@ class TaskIndex:
             else:
                 by_trace = Found(np.empty(0, np.int64))
         codes = by_task.codes
-        if len(by_trace.codes):
+        if len(by_trace.codes):  # masks, not sets: np.union1d/isin hash a million codes
+            traces = np.zeros(max(len(self.words["trace_id"]), 1), bool)
+            traces[by_trace.codes] = True
             owner = self._task_trace[: self.n_tasks]
-            codes = np.union1d(codes, np.flatnonzero(np.isin(owner, by_trace.codes)))
+            tasks = (owner >= 0) & traces[np.maximum(owner, 0)]
+            tasks[codes] = True
+            codes = np.flatnonzero(tasks)
         return Found(codes, by_task.fuzzy and by_trace.fuzzy,
                      by_task.fuzzy_skipped or by_trace.fuzzy_skipped)
 

@@ -55,6 +55,13 @@ def cut_panels(app: App[object]) -> list[str]:
             problems.append(f"{name}: {len(narrow)} lines in {h}: last {narrow[-1]!r}")
         if panel.region.bottom > screen.size.height or panel.region.right > screen.size.width:
             problems.append(f"{name}: reaches past the screen at {panel.region}")
+    content = getattr(screen, "content", None)  # the help box: a Static, not a Panel
+    if content is not None:
+        box = screen.query_one("#help")
+        w, h = box.content_size
+        lines = rendered_lines(content, w)
+        if len(lines) > h or box.region.bottom > screen.size.height:
+            problems.append(f"help: {len(lines)} lines in {h}: last {lines[-1]!r}")
     return problems
 
 

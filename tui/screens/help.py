@@ -98,10 +98,10 @@ class HelpScreen(ModalScreen[None]):
             grid = Table.grid(padding=(0, 2))
             col = (width - 2) // 2
             grid.add_row(key_table(left, col), key_table(right, col))
-            self.query_one("#help", Static).update(grid)
+            self.content: Table | Group = grid
         else:
-            self.query_one("#help", Static).update(
-                Group(key_table(left, width), Text(""), key_table(right, width)))
+            self.content = Group(key_table(left, width), Text(""), key_table(right, width))
+        self.query_one("#help", Static).update(self.content)
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

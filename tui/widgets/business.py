@@ -8,7 +8,7 @@ from textual.reactive import reactive
 
 from tui.fmt import fmt_num, fmt_s, fmt_wait
 from tui.model import Business, bars, fit, log_scale
-from tui.widgets.styling import Panel, breaker_text, first_fit, flow, tone
+from tui.widgets.styling import Panel, append_runs, breaker_text, first_fit, flow, tone
 
 LABEL = 6  # "30.0s " above the chart's top row, "log" by its bottom
 
@@ -62,7 +62,7 @@ class BusinessPanel(Panel):
         with np.errstate(invalid="ignore"):
             hot = values > (d.slo_p99 if d.slo_p99 is not None else np.inf)
         labels = {0: fmt_s(top), rows - 1: "log"}
+        cold, warm = tone(self, "tf--accent"), tone(self, "tf--bad")
         for k, row in enumerate(bars(scaled, rows, float(log_scale(np.array([top]), floor)[0]))):
             out.append("\n" + f"{labels.get(k, ''):<{LABEL}}", tone(self, "tf--dim"))
-            for ch, bad in zip(row, hot, strict=True):
-                out.append(ch, tone(self, "tf--bad" if bad else "tf--accent"))
+            append_runs(out, row, hot, cold, warm)

@@ -12,7 +12,7 @@ from textual.reactive import reactive
 
 from tui.fmt import fmt_num, fmt_pct
 from tui.model import Overview, bars, fit
-from tui.widgets.styling import Panel, flow, tone
+from tui.widgets.styling import Panel, append_runs, flow, tone
 
 LABEL = 12  # "queue 1.00M " / "run  50/50  "
 #: Content rows from which a third and a fourth chart are drawn.
@@ -79,10 +79,10 @@ class OverviewPanel(Panel):
         if limit is not None:
             with np.errstate(invalid="ignore"):
                 over = values >= limit
+        cold, warm = tone(self, "tf--accent"), tone(self, "tf--bad")
         for k, row in enumerate(rows):
             out.append(f"{label if k == 0 else '':<{LABEL}}"[:LABEL])
-            for ch, hot in zip(row, over, strict=True):
-                out.append(ch, tone(self, "tf--bad" if hot else "tf--accent"))
+            append_runs(out, row, over, cold, warm)
             out.append("\n")
 
 

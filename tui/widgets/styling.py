@@ -93,6 +93,18 @@ _CONSOLE = Console(width=1000, file=io.StringIO(), color_system=None)
 CHART_LABEL = 5
 
 
+def append_runs(out: Text, row: str, hot: np.ndarray, cold: Style, warm: Style) -> None:
+    """Append a chart row, `warm` where `hot` and `cold` elsewhere, one span per run of
+    equal style (a span per cell would cost a thousand style objects per frame)."""
+    if not len(row):
+        return
+    cuts = np.flatnonzero(np.diff(hot.astype(np.int8))) + 1
+    start = 0
+    for end in [*cuts.tolist(), len(row)]:
+        out.append(row[start:end], warm if hot[start] else cold)
+        start = end
+
+
 def chart(out: Text, widget: Widget, label: str, values: np.ndarray, width: int, rows: int,
           style: str) -> None:
     """A small history chart under a row of numbers: `label` and its peak on the left.
