@@ -69,7 +69,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     #help {
-        width: auto; max-width: 100%; height: auto; max-height: 100%;
+        width: auto; max-width: 100; height: auto; max-height: 100%;
         border: round $accent; background: $surface; padding: 0 1;
     }
     """
@@ -92,7 +92,7 @@ class HelpScreen(ModalScreen[None]):
         self._layout()
 
     def _layout(self) -> None:
-        width = self.size.width - 4  # border and padding of #help
+        width = min(self.size.width, 100) - 4  # border and padding of #help
         left, right = self.keys
         if width >= 70:
             grid = Table.grid(padding=(0, 2))
