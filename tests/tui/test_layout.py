@@ -138,3 +138,34 @@ def test_the_check_sees_a_cut_line_and_a_cut_bottom() -> None:
     assert len(found) == 2
     assert "wider than 16" in found[0] and "p99 9.5s" in found[0]
     assert "3 lines in 2" in found[1]
+
+
+def test_a_real_workers_trace(tmp_path: Path) -> None:
+    """The runtime's series (no pools, no business), batches counted from events, a breaker
+    open without a time to half-open in the samples, a long worker id in the title."""
+    from taskfuse.runtime.tracing import series_names
+    from taskfuse.trace import TraceWriter
+
+    names = series_names(["payments-gateway-eu"])
+    header = {"source": "runtime", "scenario": "nightly-sync", "seed": None, "series": names,
+              "sample_interval_s": 1.0,
+              "meta": {"downstreams": ["payments-gateway-eu"], "pools": [], "batches": [],
+                       "workers": 16, "slo": {}, "worker_id": "worker-7.prod.internal:48213"}}
+    writer = TraceWriter(tmp_path / "real.trace", header)
+    for k in range(40):
+        batch = f"nightly-2024-06-0{k % 3 + 1}"
+        writer.event((float(k), "submit", f"sku-{k}", batch, f"tr-{k}", None, "PENDING", None,
+                      1, None, None, None))
+        writer.event((k + 0.5, "move", f"sku-{k}", batch, None, "PENDING", "RUNNING", "claim",
+                      1, "worker-7.prod.internal:48213/3", None, None))
+    writer.event((20.0, "breaker", None, None, None, "closed", "open", "failure rate 0.9",
+                  None, None, "payments-gateway-eu", None))
+    for t in range(41):
+        row = {n: float(t) for n in names}
+        row["ds.payments-gateway-eu.breaker"] = 2.0 if t >= 20 else 0.0
+        row["ds.payments-gateway-eu.reopen_in"] = None  # type: ignore[assignment]
+        writer.sample(float(t), list(row.values()))
+    writer.abort()  # still running: no footer
+    app = create_app(tmp_path / "real.trace")
+    assert check(app, at(30.0)) == []
+    assert check(create_app(tmp_path / "real.trace"), at(30.0, "t")) == []

@@ -80,7 +80,7 @@ class BatchPanel(Panel):
         line = Text(" ").join([name, pct, counts, p99])
         if line.cell_len <= width:
             return line
-        return flow([name, pct, *counts.split(" "), p99], width)
+        return flow([name, pct, *counts.split(" "), p99], width, sep=" ")
 
     def _bar(self, b: BatchRow, w: int) -> Text:
         done = round((b.finished / b.total if b.total else 0.0) * w)

@@ -44,9 +44,12 @@ class TimeBar(Panel):
         head.append(f" {fmt_t(info.t)} / {fmt_t(t1)} ")
         status, title = self._status(info), Text(info.title, tone(self, "tf--dim"))
         width = self.size.width
-        tail = Text(" ").join([p for p in (status, title) if p.cell_len])
-        if head.cell_len + tail.cell_len > width:
-            tail = status if status.cell_len else title
+        short = Text(info.title.split(" on ")[0], tone(self, "tf--dim"))  # without the worker
+        tail = Text()
+        for candidate in ([status, title], [status, short], [status]):
+            tail = Text(" ").join([p for p in candidate if p.cell_len])
+            if head.cell_len + tail.cell_len + 1 + MIN_BAR <= width:
+                break
         room = width - head.cell_len - tail.cell_len - 1
         if room >= MIN_BAR:
             frac = 0.0 if t1 <= t0 else min(1.0, max(0.0, (info.t - t0) / (t1 - t0)))
