@@ -396,9 +396,10 @@ def _write_limits(result: Any, target: Path | None, argv: list[str]) -> Path | N
 
 
 def plot_cmd(args: argparse.Namespace) -> int:
-    from lab.plot import plot_traces, require_matplotlib
+    from lab.plot import check_output, plot_traces, require_matplotlib
 
     require_matplotlib()
+    check_output(args.output)  # before reading any trace: a bad -o is one line, exit 2
     paths = [args.trace, *([args.vs] if args.vs else [])]
     print(f"picture {plot_traces(paths, args.output)}", file=sys.stderr)
     return 0

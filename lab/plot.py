@@ -4,8 +4,10 @@ A run is drawn as stacked panels on one shared time axis, because the story of a
 is a chain across them: the queue grows, workers are all running, the downstream answers
 429s or its breaker opens (shaded bands: red open, orange half-open), the pool's waiters
 pile up, and business p99 crosses its SLO line. Two runs (`--vs`) are drawn one above the
-other with the same y scale per panel, so "incident vs fixed" is read by eye, not by axis
-labels.
+other with the same y scale per panel where their ranges are alike (within `SHARE_RATIO`), so
+"incident vs fixed" is read by eye; where one run's numbers dwarf the other's, each panel
+keeps its own scale (a shared one would draw the fixed run flat) and says so. Legends sit
+right of their panel, never over a series.
 
 matplotlib is an optional extra (`pip install 'taskfuse[plot]'`); without it every plotting
 command fails with one line before any simulation runs. Figures are built with the
@@ -27,6 +29,10 @@ from taskfuse.trace import BREAKER_CODES, Trace, TraceError, read_trace
 
 _OPEN, _HALF = BREAKER_CODES["open"], BREAKER_CODES["half_open"]
 PANEL_IN = 1.55  # inches of height per panel
+#: The picture formats `-o` takes (matplotlib writes more; these are the documented ones).
+FORMATS = (".png", ".svg", ".pdf")
+#: Two runs' panels share a y scale while their peaks are within this factor.
+SHARE_RATIO = 5.0
 
 
 def require_matplotlib() -> None:
@@ -44,10 +50,22 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _save(fig: Any, out: str | Path) -> Path:
+def check_output(out: str | Path) -> Path:
+    """The picture's path, if it can be written: a documented format, in a directory that
+    exists (a picture never creates directories). Raises ScenarioError (one line)."""
     path = Path(out)
+    if path.suffix.lower() not in FORMATS:
+        raise ScenarioError(f"{path}: cannot draw a {path.suffix or 'file without an extension'}"
+                            f" picture: use {', '.join(FORMATS[:-1])} or {FORMATS[-1]}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ScenarioError(f"{path}: no such directory {str(parent)!r} (it is not created)")
+    return path
+
+
+def _save(fig: Any, out: str | Path) -> Path:
+    path = check_output(out)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot write the picture: {exc.strerror}") from None
@@ -110,11 +128,12 @@ def _band_legend(ax: Any) -> list[Any]:
 
 
 def _legend(ax: Any, extra: Sequence[Any] = ()) -> None:
+    """Right of the panel, outside it: a legend inside would cover spikes (retry storms)."""
     handles, _ = ax.get_legend_handles_labels()
     handles = [*handles, *extra]
     if handles:
-        ax.legend(handles=handles, loc="best", fontsize=7, ncol=min(4, len(handles)),
-                  framealpha=0.8)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+                  borderaxespad=0.0, fontsize=7, frameon=False)
 
 
 def _draw_queue(ax: Any, tr: Trace, dt: float) -> None:
@@ -165,12 +184,19 @@ def _draw_pools(ax: Any, tr: Trace, dt: float) -> None:
         if f"pool.{name}.waiting" not in tr.columns:
             continue
         t, waiting = tr.series(f"pool.{name}.waiting")
-        line = ax.plot(t, waiting, lw=1.4, drawstyle="steps-pre", label=f"{name} waiting")[0]
+        line = ax.plot(t, waiting, lw=1.6, drawstyle="steps-pre", zorder=4,
+                       label=f"{name} waiting")[0]
         color = line.get_color()
-        for key, ls, label in (("in_use", ":", "in use"), ("size", "--", "size")):
-            if f"pool.{name}.{key}" in tr.columns:
-                ax.plot(t, tr.columns[f"pool.{name}.{key}"], lw=0.9, ls=ls, color=color,
-                        drawstyle="steps-pre", label=f"{name} {label}")
+        # A full pool has in use == size: the size is a wide pale line underneath, in use a
+        # filled area with its own line on top, so both stay visible when they coincide.
+        if f"pool.{name}.size" in tr.columns:
+            ax.plot(t, tr.columns[f"pool.{name}.size"], lw=3.2, ls="--", color=color,
+                    alpha=0.35, drawstyle="steps-pre", zorder=2, label=f"{name} size")
+        if f"pool.{name}.in_use" in tr.columns:
+            in_use = tr.columns[f"pool.{name}.in_use"]
+            ax.fill_between(t, in_use, step="pre", color=color, alpha=0.12, lw=0, zorder=1)
+            ax.plot(t, in_use, lw=1.0, ls=":", color=color, drawstyle="steps-pre", zorder=3,
+                    label=f"{name} in use")
     ax.set_ylabel("DB pool\nconnections")
     _legend(ax)
 
@@ -226,8 +252,14 @@ def _load(path: str | Path) -> Trace:
 
 
 def plot_traces(paths: Sequence[str | Path], out: str | Path) -> Path:
-    """Draw one run, or several one above the other (same panels, same y scales)."""
-    traces = [_load(p) for p in paths]
+    """Draw one run, or several one above the other (same panels; y scales shared where the
+    runs' ranges are alike)."""
+    check_output(out)
+    return _save(draw_traces([_load(p) for p in paths]), out)
+
+
+def draw_traces(traces: Sequence[Trace]) -> Any:
+    """The figure of `plot_traces` (tests look at its axes)."""
     kinds = list(dict.fromkeys(k for tr in traces for k in _panels(tr)))
     rows = [(tr, k) for tr in traces for k in kinds]
     fig = _figure(11, 0.6 + PANEL_IN * len(rows))
@@ -246,18 +278,30 @@ def plot_traces(paths: Sequence[str | Path], out: str | Path) -> Path:
     _share_y(axes, len(traces), len(kinds))
     axes[-1].set_xlabel("time (s)")
     axes[-1].set_xlim(left=0)
-    return _save(fig, out)
+    return fig
 
 
 def _share_y(axes: Sequence[Any], runs: int, kinds: int) -> None:
-    """The same y range for a panel kind across runs, so heights compare by eye."""
+    """The same y range for a panel kind across runs, so heights compare by eye, unless one
+    run's peak is more than SHARE_RATIO times another's: the smaller run would be drawn flat,
+    so each keeps its own scale and the panel says so. Log panels always share."""
     if runs < 2:
         return
     for k in range(kinds):
         group = [axes[r * kinds + k] for r in range(runs)]
         lows, highs = zip(*(ax.get_ylim() for ax in group), strict=True)
-        for ax in group:
-            ax.set_ylim(min(lows), max(highs))
+        peaks = [h for h in highs if h > 0]
+        alike = not peaks or max(peaks) <= SHARE_RATIO * min(peaks)
+        if alike or group[0].get_yscale() == "log":
+            for ax in group:
+                ax.set_ylim(min(lows), max(highs))
+            continue
+        for k_run, (ax, high) in enumerate(zip(group, highs, strict=True)):
+            other = max(h for j, h in enumerate(highs) if j != k_run)
+            ax.text(0.995, 0.97, f"own y scale (the other run's goes to {other:.3g})",
+                    transform=ax.transAxes, ha="right", va="top", fontsize=7, color="0.35")
+            if high <= 0:
+                ax.set_ylim(top=1)
 
 
 # -- a sweep -------------------------------------------------------------------------------
@@ -267,6 +311,13 @@ def plot_sweep(keys: Sequence[str], rows: Sequence[Any], metrics: Sequence[str],
                out: str | Path, title: str = "") -> Path:
     """One axis: a line per metric with its 95 % band; two: a heatmap per metric; more: a
     line per combination of the other axes against the first."""
+    check_output(out)
+    return _save(draw_sweep(keys, rows, metrics, title), out)
+
+
+def draw_sweep(keys: Sequence[str], rows: Sequence[Any], metrics: Sequence[str],
+               title: str = "") -> Any:
+    """The figure of `plot_sweep` (tests look at its axes)."""
     cols = min(2, len(metrics))
     nrows = math.ceil(len(metrics) / cols)
     fig = _figure(6.2 * cols, 0.5 + 3.6 * nrows)
@@ -281,7 +332,7 @@ def plot_sweep(keys: Sequence[str], rows: Sequence[Any], metrics: Sequence[str],
         ax.set_visible(False)
     if title:
         fig.suptitle(title, fontsize=11)
-    return _save(fig, out)
+    return fig
 
 
 def _positions(values: Sequence[Any]) -> tuple[list[float], list[str] | None]:
@@ -305,9 +356,13 @@ def _lines(ax: Any, keys: Sequence[str], rows: Sequence[Any], metric: str) -> No
         xs, labels = _positions([r.point[0] for r in members])
         mean = np.array([r.stats[metric].mean for r in members])
         half = np.nan_to_num(np.array([r.stats[metric].half for r in members]))
+        lows = np.array([r.stats[metric].lo for r in members])
         name = ", ".join(f"{k}={v}" for k, v in zip(keys[1:], rest, strict=True))
         ax.plot(xs, mean, marker="o", ms=3, lw=1.3, label=name or None)
-        ax.fill_between(xs, mean - half, mean + half, alpha=0.2, lw=0)
+        # A metric never seen below zero (counts, seconds) gets no band below zero: the t
+        # interval is symmetric, the quantity is not.
+        floor = 0.0 if np.nanmin(lows, initial=0.0) >= 0 else -np.inf
+        ax.fill_between(xs, np.maximum(mean - half, floor), mean + half, alpha=0.2, lw=0)
         if labels is not None:
             ax.set_xticks(xs, labels)
     ax.set_xlabel(keys[0])

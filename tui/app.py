@@ -5,10 +5,12 @@ build the app the same way. The app's jobs are few and kept here on purpose:
 
 * playback — a cursor in trace time, moved by keys, by `:` jumps and, while playing, by
   `speed` x the frame interval on a timer (the app advances trace time; no widget reads a
-  clock, they render the time the app hands them);
-* loading — a worker thread decodes the trace's event frames (and, when following, polls
-  the file on a timer) and only ever posts messages; the handlers below apply them to the
-  model on the UI thread;
+  clock, they render the time the app hands them). Three states, one indicator: LIVE (a
+  followed run, the cursor riding its end), playing, paused; space moves between them;
+* loading — a worker thread decodes the trace's event frames and only ever posts messages;
+  the handlers below apply them to the model on the UI thread. Following checks the file
+  with one `stat` per tick and reads only when it changed; while nothing changes the ticks
+  back off to `POLL_MAX_S`, so an idle follow costs next to nothing;
 * navigation — k9s/htop keys: `?` help, `/` search, `:` jump, esc back, q quit.
 """
 
@@ -30,16 +32,20 @@ from textual.widgets import Input
 from textual.worker import get_current_worker
 
 from taskfuse.trace import TraceError
+from tui.commands import parse_command
+from tui.fmt import fmt_count, fmt_pct
 from tui.messages import (
     CommandEntered,
     EventsDecoded,
+    PromptClosed,
     PumpFinished,
+    SearchChanged,
     SourceFailed,
     SourceStalled,
     TaskChosen,
     TraceGrew,
 )
-from tui.model import PlayInfo, TraceModel, next_speed, parse_command, seek_step, snap_speed
+from tui.model import PlayInfo, TraceModel, next_speed, seek_step, snap_speed
 from tui.screens.base import MonitorScreen
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
@@ -49,8 +55,10 @@ from tui.sources import Delta, TraceSource
 
 #: Playback frame interval (wall seconds); each frame moves the cursor speed x this.
 FRAME_S = 0.1
-#: How often a followed trace is polled (wall seconds).
+#: How often a followed trace is checked while it grows (wall seconds) ...
 POLL_S = 0.25
+#: ... and at most how rarely while it does not (each idle check waits 1.5x longer).
+POLL_MAX_S = 2.0
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 _PLAYBACK = {"toggle_play", "speed", "step", "home", "end"}
 
@@ -62,9 +70,9 @@ class MonitorApp(App[int]):
     TITLE = "taskfuse monitor"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_play", "play/pause", priority=True),
+        Binding("space", "toggle_play", "play", priority=True),
         Binding("plus,equals_sign", "speed(1)", "faster", priority=True, key_display="+"),
-        Binding("minus", "speed(-1)", "slower", priority=True, key_display="-"),
+        Binding("minus", "speed(-1)", "slower", priority=True, key_display="-", show=False),
         Binding("left", "step(-1)", "back", priority=True, show=False),
         Binding("right", "step(1)", "fwd", priority=True, show=False),
         Binding("shift+left", "step(-10)", "back x10", priority=True, show=False),
@@ -73,7 +81,7 @@ class MonitorApp(App[int]):
         Binding("end", "end", "end", priority=True, show=False),
         Binding("colon", "prompt(':')", "jump", key_display=":"),
         Binding("slash", "prompt('/')", "search", key_display="/"),
-        Binding("t", "view('tasks')", "tasks", show=False),
+        Binding("t", "view('tasks')", "tasks"),
         Binding("d", "view('dashboard')", "dash", show=False),
         Binding("escape", "back", "back", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
@@ -93,8 +101,10 @@ class MonitorApp(App[int]):
         self.stalled_for: float | None = None
         self.error: str | None = None
         self.t = 0.0
+        self.polls = 0  # reads of a followed file (a check that found no change is not one)
         self._theme_name = THEMES.get(theme or "dark", theme or "textual-dark")
         self._frame_timer: Timer | None = None
+        self._poll_delay = poll_s
         self._busy = False
         self._idle = asyncio.Event()
         first = source.first
@@ -112,9 +122,14 @@ class MonitorApp(App[int]):
         self.push_screen("dashboard")
         self._frame_timer = self.set_interval(FRAME_S, self._frame, pause=True)
         if self.source.follow:
-            self.set_interval(self.poll_s, self.poll_now)
+            self.set_timer(self.poll_s, self._poll_tick)
+        self._busy = True  # loading starts once the first screen is on the terminal: the
+        self._idle.clear()  # decoding thread competes with the UI for the interpreter
+        self.call_after_refresh(self._first_screen_shown)
+
+    def _first_screen_shown(self) -> None:
+        self._sync()
         self._start_pump(poll=False)
-        self.call_after_refresh(self._sync)
 
     @property
     def events_loaded(self) -> bool:
@@ -145,21 +160,41 @@ class MonitorApp(App[int]):
                 chunk = self.source.decode_next()
                 if chunk is None:
                     break
-                self.post_message(EventsDecoded(chunk, self.source.pending_frames))
+                self.post_message(EventsDecoded(chunk, self.source.pending_frames,
+                                                self.source.pending_bytes))
         except TraceError as exc:
             self.post_message(SourceFailed(str(exc)))
         self.post_message(PumpFinished())
 
-    def poll_now(self) -> None:
-        """Read what the followed file gained (the poll timer calls this; so can tests)."""
-        if not self._busy and self.error is None:
+    def _poll_tick(self) -> None:
+        """The follow timer: read when the file changed, else back off (see module doc)."""
+        changed = self.poll_now()
+        self._poll_delay = self.poll_s if changed else min(self._poll_delay * 1.5, POLL_MAX_S)
+        if not self.source.complete and self.error is None:
+            self.set_timer(self._poll_delay, self._poll_tick)
+
+    def poll_now(self) -> bool:
+        """Read what the followed file gained, if it changed (the follow timer calls this; so
+        can tests). Answers whether it started a read."""
+        if self._busy or self.error is not None:
+            return self._busy
+        if self.source.changed():
+            self.polls += 1
             self._start_pump(poll=True)
+            return True
+        stalled = self.source.stalled_for()
+        if (stalled is None) != (self.stalled_for is None) or (
+                stalled is not None and self.stalled_for is not None
+                and int(stalled) != int(self.stalled_for)):
+            self.stalled_for = stalled
+            self._sync_bar()
+        return False
 
     # -- data from the loading thread -----------------------------------------------------
 
     def _apply_delta_data(self, delta: Delta) -> None:
         self.model.add_samples(delta.times, delta.rows)
-        self.model.pending_frames += delta.new_event_frames
+        self.model.add_event_frames(delta.new_event_frames, delta.new_event_bytes)
         if delta.complete:
             self.model.finish(delta.report)
 
@@ -176,7 +211,7 @@ class MonitorApp(App[int]):
         self._sync()
 
     def on_events_decoded(self, message: EventsDecoded) -> None:
-        self.model.add_events(message.chunk, message.pending)
+        self.model.add_events(message.chunk, message.pending, message.pending_bytes)
         if self.live:
             self.t = self.model.span[1]
         if message.pending == 0 or message.pending % 8 == 0:
@@ -184,7 +219,7 @@ class MonitorApp(App[int]):
 
     def on_source_stalled(self, message: SourceStalled) -> None:
         self.stalled_for = message.seconds
-        self._sync()
+        self._sync_bar()
 
     def on_source_failed(self, message: SourceFailed) -> None:
         self.error = message.error
@@ -194,21 +229,27 @@ class MonitorApp(App[int]):
     # -- the cursor -----------------------------------------------------------------------
 
     def seek(self, t: float, live: bool | None = None) -> None:
-        """Move the cursor (clamped to the run); every screen follows it."""
+        """Move the cursor (clamped to the run); every screen follows it. A followed run is
+        LIVE again when the cursor reaches its end."""
         t0, t1 = self.model.span
         self.t = min(max(t, t0), t1)
         self.live = (self.source.follow and self.t >= t1) if live is None else live
+        if self.live:
+            self._stop_playing()
         self._sync()
 
     def advance(self, seconds: float) -> None:
         """Move forward `seconds` of wall time at the current speed (one playback frame)."""
         t1 = self.model.span[1]
         target = self.t + seconds * self.speed
-        if target >= t1 and not (self.source.follow and not self.model.complete):
-            self.playing = False
-            if self._frame_timer is not None:
-                self._frame_timer.pause()
+        if target >= t1:
+            self._stop_playing()
         self.seek(target)
+
+    def _stop_playing(self) -> None:
+        self.playing = False
+        if self._frame_timer is not None:
+            self._frame_timer.pause()
 
     def _frame(self) -> None:
         if self.playing:
@@ -218,8 +259,7 @@ class MonitorApp(App[int]):
         m = self.model
         return PlayInfo(
             self.t, m.span, self.playing, self.speed, self.source.follow, self.live,
-            m.complete, self.stalled_for, m.pending_frames,
-            f"{m.meta.scenario} seed={m.meta.seed}", self.error,
+            m.complete, self.stalled_for, m.loaded, m.meta.title, self.error,
         )
 
     def _sync(self) -> None:
@@ -232,6 +272,12 @@ class MonitorApp(App[int]):
             else:
                 screen.show()
 
+    def _sync_bar(self) -> None:
+        """Only the time bar changed (a stall's seconds): no panel is recomputed."""
+        info = self.info()
+        for screen in self._showing():
+            screen.info = info
+
     def _showing(self) -> list[MonitorScreen]:
         stack = [s for s in self.screen_stack if isinstance(s, MonitorScreen)]
         return stack[-1:]
@@ -243,11 +289,20 @@ class MonitorApp(App[int]):
         return not (action in _PLAYBACK and isinstance(self.focused, Input))
 
     def action_toggle_play(self) -> None:
-        self.playing = not self.playing
-        if self.playing and self.t >= self.model.span[1] and not self.source.follow:
-            self.t = self.model.span[0]
-        if self._frame_timer is not None:
-            (self._frame_timer.resume if self.playing else self._frame_timer.pause)()
+        """LIVE -> paused (the cursor stays); paused -> playing, or LIVE again at the end of
+        a followed run; playing -> paused. A finished replay starts over."""
+        t0, t1 = self.model.span
+        if self.live or self.playing:
+            self.live = False
+            self._stop_playing()
+        elif self.source.follow and self.t >= t1:
+            self.live = True
+        else:
+            if self.t >= t1:
+                self.t = t0
+            self.playing = True
+            if self._frame_timer is not None:
+                self._frame_timer.resume()
         self._sync()
 
     def action_speed(self, direction: int) -> None:
@@ -264,11 +319,20 @@ class MonitorApp(App[int]):
     def action_end(self) -> None:
         self.seek(self.model.span[1], live=self.source.follow)
 
+    @property
+    def tasks_screen(self) -> TasksScreen:
+        screen = self.get_screen("tasks")
+        assert isinstance(screen, TasksScreen)
+        return screen
+
     async def action_prompt(self, mode: str) -> None:
         if mode == "/" and not isinstance(self.screen, TasksScreen):
             await self.action_view("tasks")
         if isinstance(self.screen, MonitorScreen):
-            self.screen.open_prompt(mode)
+            text = self.tasks_screen.query_text if mode == "/" else ""
+            self.screen.open_prompt(mode, text)
+            if mode == "/":
+                self.tasks_screen.show()
 
     async def action_view(self, name: str) -> None:
         while len(self.screen_stack) > 2:
@@ -276,6 +340,8 @@ class MonitorApp(App[int]):
         if name == "help":
             self.action_help()
             return
+        if name == "dashboard":  # a search belongs to the task table; it does not linger
+            self.tasks_screen.clear_filters()
         if self.screen is not self.get_screen(name):
             await self.switch_screen(name)
         self._sync()
@@ -284,8 +350,7 @@ class MonitorApp(App[int]):
         if len(self.screen_stack) > 2:
             await self.pop_screen()
         elif isinstance(self.screen, TasksScreen):
-            if self.screen.query_text or self.screen.state:
-                self.screen.query_text, self.screen.state = "", None
+            if self.screen.clear_filters():
                 return
             await self.switch_screen("dashboard")
         self._sync()
@@ -302,23 +367,31 @@ class MonitorApp(App[int]):
 
     # -- messages from screens ------------------------------------------------------------
 
+    @on(SearchChanged)
+    def _search_changed(self, message: SearchChanged) -> None:
+        self.tasks_screen.query_text = message.text.strip()
+
+    @on(PromptClosed)
+    def _prompt_closed(self, message: PromptClosed) -> None:
+        if message.mode == "/":  # esc while typing a search clears it
+            self.tasks_screen.query_text = ""
+            self.tasks_screen.show()
+
     @on(CommandEntered)
     async def _command(self, message: CommandEntered) -> None:
         if message.mode == "/":
-            await self.action_view("tasks")
-            tasks = self.get_screen("tasks")
-            assert isinstance(tasks, TasksScreen)
-            tasks.query_text = message.text.strip()
+            if not isinstance(self.screen, TasksScreen):
+                await self.action_view("tasks")
+            self.tasks_screen.query_text = message.text.strip()
+            self.tasks_screen.show()
             return
         cmd = parse_command(message.text, self.t, self.model.span)
-        if cmd.error:
-            self.notify(cmd.error, severity="warning")
-        elif cmd.quit:
+        if cmd.quit:
             self.exit(0)
         elif cmd.view:
             await self.action_view(cmd.view)
         elif cmd.task:
-            await self._drill(cmd.task)
+            await self._lookup(cmd.task)
         elif cmd.t is not None:
             self.seek(cmd.t)
 
@@ -326,11 +399,26 @@ class MonitorApp(App[int]):
     async def _task_chosen(self, message: TaskChosen) -> None:
         await self._drill(message.task_id)
 
-    async def _drill(self, query: str) -> None:
+    async def _lookup(self, query: str) -> None:
+        """`:ID`: a task id or trace id opens its history; a part of ids that several tasks
+        share opens the task table searched for it; anything else is one warning line."""
         task = self.model.tasks.resolve(query)
-        if task is None:
-            self.notify(f"no task or trace {query!r}", severity="warning")
+        if task is not None:
+            await self._drill(task)
             return
+        found = self.model.tasks.search(query)
+        if len(found.codes):
+            await self.action_view("tasks")
+            self.tasks_screen.query_text = query
+            self.notify(f"{fmt_count(len(found.codes))} tasks match {query!r}: "
+                        "enter opens the highlighted one", timeout=4)
+            return
+        loading = "" if self.model.events_loaded else \
+            f" (events loaded so far: {fmt_pct(self.model.loaded)})"
+        self.notify(f"{query!r} is no view, time, task or trace{loading}; try 90, 1:30, "
+                    "+10, 50%, tasks, or a task id", severity="warning")
+
+    async def _drill(self, task: str) -> None:
         screen: Screen[None] = TaskDetailScreen(self.model, task)
         await self.push_screen(screen)
         self._sync()

@@ -2,27 +2,39 @@
 
 Why this exists: with many worker processes on one database there is no single trace to
 follow, so the store itself is the source of truth. A poll asks only the stores' read-only
-queries (counts, batch_ids, running); this module turns those answers into the very shapes
-the trace monitor's widgets already render (`Overview`, `BatchRow`, `TaskRow`), so the fleet
-view reuses those widgets instead of growing its own. Nothing here reads a clock: the time of
-a poll is an argument.
+queries; this module turns their answers into the very shapes the trace monitor's widgets
+already render (`Overview`, `BatchRow`, `TaskRow`), so the fleet view reuses those widgets.
+Nothing here reads a clock: the time of a poll is an argument.
+
+What the store can tell, and how it is read:
+
+* counts by state, per batch, and the RUNNING tasks: every poll (cheap, indexed);
+* the worker view: per worker thread (`worker_id` is `host:pid/i` and stays on finished
+  rows) its tasks by status, latest heartbeat / start / finish and errors, summed per
+  process; threads are the distinct `/i` seen. A full scan of the table, so it runs every
+  `SLOW_POLL_S` (every poll while the worker view is open);
+* per-batch p99: the nearest-rank p99 of the last attempt's duration (finished_at -
+  started_at) of its ended tasks, asked again only for batches whose ended count moved;
+* one task's history: what its record says (submitted, the last attempt's start and worker,
+  heartbeat, backoff, end) and every change of it seen by the polls while it is watched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from taskfuse.core.states import TaskStatus
+from tui.fmt import fmt_wait
 from tui.model import CHART_COLUMNS, TERMINAL_STATES, BatchRow, Overview, Timeline
 from tui.taskindex import TaskRow
 
 if TYPE_CHECKING:  # the monitor uses a store's read-only queries, never its writes
-    from taskfuse.core.storeapi import Store
     from taskfuse.core.task import Task
+    from taskfuse.store.sql import WorkerActivity
 
 #: The series a poll adds to the timeline (the names the trace format uses for the same).
 SERIES: tuple[str, ...] = (
@@ -31,6 +43,23 @@ SERIES: tuple[str, ...] = (
 )
 #: The charts show the last this many seconds of polls.
 WINDOW_S = 600.0
+#: The full-scan questions (workers, p99 of running batches) at most this often.
+SLOW_POLL_S = 5.0
+#: A process whose latest heartbeat, start or finish is older than this is not counted in
+#: the fleet's threads (it stopped, or has been idle that long).
+LIVE_S = 60.0
+_ENDED = frozenset(s.value for s in TaskStatus if s.value in TERMINAL_STATES)
+
+
+class FleetReads(Protocol):
+    """The read-only questions the fleet view asks a store (every store answers them)."""
+
+    def counts(self, batch_id: str | None = None) -> Mapping[TaskStatus, int]: ...
+    def batch_ids(self) -> list[str]: ...
+    def running(self) -> list[Task]: ...
+    def find(self, id_or_trace: str) -> list[Task]: ...
+    def worker_activity(self) -> list[WorkerActivity]: ...
+    def batch_p99(self, batch_id: str) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,31 +76,115 @@ class RunningTask:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """One worker process (host:pid) as its tasks in the store show it."""
+
+    process: str
+    threads: int  # distinct thread indexes (host:pid/i) seen on its tasks
+    busy: int  # tasks RUNNING on it now
+    heartbeat: float | None  # latest heartbeat of its RUNNING tasks
+    last_seen: float | None  # latest heartbeat, start or finish of any of its tasks
+    done: int  # tasks it ended (any terminal status)
+    errors: int  # its tasks not SUCCESS that carry an error (failures, timeouts, retries)
+
+
+@dataclass(frozen=True, slots=True)
 class FleetSample:
-    """One poll: counts by state (all tasks and per batch) and the RUNNING tasks."""
+    """One poll: counts by state (all tasks and per batch), the RUNNING tasks, and, when the
+    slow questions were asked, the workers."""
 
     t: float
     counts: Mapping[str, int]
     batches: tuple[BatchRow, ...]
     running: tuple[RunningTask, ...]
+    workers: tuple[WorkerRow, ...] | None = None
 
 
 def _by_name(counts: Mapping[TaskStatus, int]) -> dict[str, int]:
     return {TaskStatus(s).value: int(n) for s, n in counts.items()}
 
 
-def poll_store(store: Store, now: float) -> FleetSample:
-    """Ask the store what the fleet is doing (read-only queries only; may raise StoreError)."""
+@dataclass(slots=True)
+class _Acc:
+    threads: set[str]
+    busy: int = 0
+    heartbeat: float | None = None
+    last_seen: float | None = None
+    done: int = 0
+    errors: int = 0
+
+
+def worker_rows(activity: Sequence[WorkerActivity]) -> tuple[WorkerRow, ...]:
+    """Per-thread, per-status groups summed up per process, busiest first."""
+    acc: dict[str, _Acc] = {}
+    for a in activity:
+        process, _, thread = a.worker_id.rpartition("/")
+        if not process:
+            process, thread = a.worker_id, ""
+        w = acc.setdefault(process, _Acc(set()))
+        w.threads.add(thread)
+        if a.status == "RUNNING":
+            w.busy += a.tasks
+            w.heartbeat = _latest(w.heartbeat, a.heartbeat_at)
+        if a.status in _ENDED:
+            w.done += a.tasks
+        if a.status != "SUCCESS":
+            w.errors += a.errors
+        w.last_seen = _latest(w.last_seen, a.heartbeat_at, a.started_at, a.finished_at)
+    rows = [WorkerRow(p, len(w.threads), w.busy, w.heartbeat, w.last_seen, w.done, w.errors)
+            for p, w in acc.items()]
+    return tuple(sorted(rows, key=lambda r: (-r.busy, -(r.last_seen or 0.0), r.process)))
+
+
+def _latest(*values: float | None) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+def live_threads(workers: Sequence[WorkerRow], now: float) -> int | None:
+    """Worker threads of the processes active in the last LIVE_S seconds (the fleet's
+    running limit as far as the store shows it); None when no process is."""
+    live = [w for w in workers
+            if w.busy or (w.last_seen is not None and now - w.last_seen <= LIVE_S)]
+    return sum(w.threads for w in live) if live else None
+
+
+class P99Cache:
+    """Per-batch p99, asked of the store again only when a batch's ended count moved."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[int, float | None]] = {}
+
+    def get(self, store: FleetReads, batch: str, ended: int, refresh: bool) -> float | None:
+        known = self._known.get(batch)
+        if known is not None and (known[0] == ended or not refresh):
+            return known[1]
+        if not refresh and known is None and ended:
+            refresh = True  # first sight of a batch: answer at once
+        if not refresh:
+            return None
+        value = store.batch_p99(batch) if ended else None
+        self._known[batch] = (ended, value)
+        return value
+
+
+def poll_store(store: FleetReads, now: float, slow: bool = True,
+               p99: P99Cache | None = None) -> FleetSample:
+    """Ask the store what the fleet is doing (read-only queries only; may raise StoreError).
+    `slow`: also the full-scan questions (workers, p99 of batches that moved)."""
     counts = _by_name(store.counts())
-    batches = tuple(
-        BatchRow(b, _by_name(store.counts(b)), None) for b in sorted(store.batch_ids())
-    )
+    p99 = p99 or P99Cache()
+    batches = []
+    for b in store.batch_ids():
+        per = _by_name(store.counts(b))
+        ended = sum(per.get(s, 0) for s in ("SUCCESS", "FAILED", "TIMEOUT"))
+        batches.append(BatchRow(b, per, p99.get(store, b, ended, slow)))
     running = tuple(
         RunningTask(t.task_id, t.kind, t.batch_id, t.trace_id, t.worker_id, t.started_at,
                     t.retry_count + 1)
         for t in sorted(store.running(), key=lambda t: (t.started_at or 0.0, t.task_id))
     )
-    return FleetSample(now, counts, batches, running)
+    workers = worker_rows(store.worker_activity()) if slow else None
+    return FleetSample(now, counts, tuple(batches), running, workers)
 
 
 def running_rows(sample: FleetSample) -> list[TaskRow]:
@@ -83,22 +196,90 @@ def running_rows(sample: FleetSample) -> list[TaskRow]:
     ]
 
 
+def ago(t: float | None, now: float) -> str:
+    """How long before `now` (a poll's time) `t` was: "12s ago", "–" for none."""
+    return "–" if t is None else f"{fmt_wait(max(0.0, now - t))} ago"
+
+
 def task_lines(task: Task, now: float) -> list[tuple[str, str]]:
     """One task's record as (label, value) lines for the lookup view."""
-    def ago(t: float | None) -> str:
-        return "–" if t is None else f"{max(0.0, now - t):.1f}s ago"
-
     return [
         ("task", task.task_id), ("trace", task.trace_id or "–"),
         ("state", task.status.value), ("kind", task.kind), ("batch", task.batch_id or "–"),
         ("worker", task.worker_id or "–"),
         ("attempt", f"{task.retry_count + 1} of {task.max_retry + 1}"),
-        ("created", ago(task.created_at)), ("started", ago(task.started_at)),
-        ("finished", ago(task.finished_at)), ("heartbeat", ago(task.heartbeat_at)),
+        ("created", ago(task.created_at, now)), ("started", ago(task.started_at, now)),
+        ("finished", ago(task.finished_at, now)), ("heartbeat", ago(task.heartbeat_at, now)),
         ("timeout", f"{task.timeout:g}s"),
         ("depends on", ", ".join(task.depends_on) or "–"),
         ("error", f"{task.error_kind}: {task.error_msg}" if task.error_kind else "–"),
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryLine:
+    """One line of a task's history as the store shows it: when (store time), what."""
+
+    t: float | None
+    what: str
+    seen: bool = False  # observed by a poll (not read from the record's timestamps)
+
+
+def record_history(task: Task) -> list[HistoryLine]:
+    """What the record itself tells about the task's life, in time order."""
+    out = [HistoryLine(task.created_at, "submitted")]
+    if task.retry_count:
+        out.append(HistoryLine(None, f"{task.retry_count} earlier attempt(s) ended in error; "
+                                     f"last: {task.error_kind}: {task.error_msg}"))
+    if task.started_at is not None:
+        out.append(HistoryLine(task.started_at, f"attempt {task.retry_count + 1} started on "
+                                                f"{task.worker_id or '?'}"))
+    if task.status is TaskStatus.RUNNING and task.heartbeat_at is not None:
+        out.append(HistoryLine(task.heartbeat_at, "heartbeat (latest)"))
+    if task.status is TaskStatus.PENDING and task.not_before is not None:
+        out.append(HistoryLine(task.not_before, "eligible to run again (backoff)"))
+    if task.finished_at is not None:
+        failed = task.error_kind and task.status is not TaskStatus.SUCCESS
+        detail = f": {task.error_kind}: {task.error_msg}" if failed else ""
+        out.append(HistoryLine(task.finished_at, f"ended {task.status.value}{detail}"))
+    return out
+
+
+class Watched:
+    """The tasks a lookup shows, and every change of them the polls have seen since."""
+
+    def __init__(self, query: str, tasks: Sequence[Task], now: float) -> None:
+        self.query = query
+        self.tasks = {t.task_id: t for t in tasks}
+        self.seen: dict[str, list[HistoryLine]] = {t.task_id: [] for t in tasks}
+        self.t = now
+
+    def update(self, tasks: Sequence[Task], now: float) -> bool:
+        """A poll's fresh records; answers whether any of them changed."""
+        changed = False
+        for task in tasks:
+            old = self.tasks.get(task.task_id)
+            if old is not None and old.version != task.version:
+                self.seen[task.task_id].append(HistoryLine(now, _change(old, task), seen=True))
+                changed = True
+            self.tasks[task.task_id] = task
+        self.t = now
+        return changed
+
+    def history(self, task_id: str) -> list[HistoryLine]:
+        """The record's story and the changes seen, in time order (undated lines first)."""
+        lines = record_history(self.tasks[task_id]) + self.seen.get(task_id, [])
+        return sorted(lines, key=lambda h: (h.t is not None, h.t or 0.0))
+
+
+def _change(old: Task, new: Task) -> str:
+    """A change a poll saw: `RUNNING -> PENDING (version 5, attempt 2, http_429)`."""
+    notes = [f"version {new.version}"]
+    if new.started_at is not None:
+        notes.append(f"attempt {new.retry_count + 1}")
+    if new.error_kind and new.status is not TaskStatus.SUCCESS:
+        notes.append(new.error_kind)
+    return f"{old.status.value} -> {new.status.value} ({', '.join(notes)})"
 
 
 class FleetModel:
@@ -110,10 +291,25 @@ class FleetModel:
     def __init__(self) -> None:
         self.timeline = Timeline(list(SERIES))
         self.latest: FleetSample | None = None
-        self._prev: FleetSample | None = None
+        self.workers: tuple[WorkerRow, ...] | None = None
+        self.workers_t: float | None = None
+
+    @property
+    def threads(self) -> int | None:
+        """The fleet's worker threads at the latest poll (see `live_threads`)."""
+        if self.workers is None or self.latest is None:
+            return None
+        return live_threads(self.workers, self.latest.t)
 
     def add(self, sample: FleetSample) -> None:
-        prev, self._prev, self.latest = self.latest, self.latest, sample
+        prev, self.latest = self.latest, sample
+        if sample.workers is not None:
+            self.workers, self.workers_t = sample.workers, sample.t
+        elif prev is not None:  # a fast poll: per-batch p99 from the last slow one
+            known = {b.batch_id: b.p99 for b in prev.batches}
+            self.latest = replace(sample, batches=tuple(
+                b if b.p99 is not None else replace(b, p99=known.get(b.batch_id))
+                for b in sample.batches))
         c = sample.counts
         finished = sum(c.get(s, 0) for s in TERMINAL_STATES)
         throughput = np.nan
@@ -121,8 +317,9 @@ class FleetModel:
             before = sum(prev.counts.get(s, 0) for s in TERMINAL_STATES)
             throughput = max(0.0, finished - before) / (sample.t - prev.t)
         ok = c.get("SUCCESS", 0) / finished if finished else np.nan
-        row = [c.get("PENDING", 0), c.get("RUNNING", 0), np.nan, sum(c.values()), throughput,
-               ok, *(c.get(s, 0) for s in TERMINAL_STATES)]
+        limit = self.threads
+        row = [c.get("PENDING", 0), c.get("RUNNING", 0), np.nan if limit is None else limit,
+               sum(c.values()), throughput, ok, *(c.get(s, 0) for s in TERMINAL_STATES)]
         self.timeline.append(np.array([sample.t]), np.array([row], dtype=float))
 
     def overview(self, width: int = CHART_COLUMNS) -> Overview | None:
@@ -136,10 +333,13 @@ class FleetModel:
         if t1 <= t0:  # one poll so far: give the chart a span to draw it in
             t0 = t1 - 1.0
         v = tl.value
+
+        def chart(name: str) -> np.ndarray:
+            return tl.chart(name, i, t0, t1, width)
+
         return Overview(
-            v("queue_depth", i), v("running", i), None, v("submitted", i),
+            v("queue_depth", i), v("running", i), v("running_limit", i), v("submitted", i),
             {s: v(f"done.{s}", i) for s in TERMINAL_STATES}, v("throughput", i),
-            v("success_rate", i),
-            tl.chart("queue_depth", i, t0, t1, width), tl.chart("running", i, t0, t1, width),
-            tl.chart("running_limit", i, t0, t1, width),
+            v("success_rate", i), chart("queue_depth"), chart("running"),
+            chart("running_limit"), chart("throughput"), chart("success_rate"),
         )

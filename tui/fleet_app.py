@@ -1,9 +1,10 @@
 """`lab watch --store URL`: the whole fleet, live, read from the store every poll.
 
 Why a separate app: the trace monitor owns a time cursor over a recorded run; a store has
-only "now". This app keeps the same rules: a worker thread runs the store's read-only
+only "now". This app keeps the same rules: one poller thread runs the store's read-only
 queries and only ever posts messages; the handlers here apply them to the model on the UI
-thread and hand data down to the screen as attributes.
+thread and hand data down to the screens as attributes. The store is opened read-only: a
+watcher never creates, migrates or writes what it watches.
 """
 
 from __future__ import annotations
@@ -15,47 +16,64 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urlsplit
 
-from textual import on, work
+from textual import on
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
 
 from taskfuse.store import describe_error, redact_url
-from tui.fleet import FleetModel, FleetSample, poll_store, task_lines
+from tui.fleet import (
+    SLOW_POLL_S,
+    FleetModel,
+    FleetReads,
+    FleetSample,
+    P99Cache,
+    Watched,
+    poll_store,
+)
 from tui.messages import CommandEntered, TaskChosen
-from tui.screens.fleet import FleetScreen, FleetTaskScreen
+from tui.poller import Poller
+from tui.screens.fleet import FleetBase, FleetScreen
+from tui.screens.fleet_task import FleetTaskScreen
+from tui.screens.fleet_workers import FleetWorkersScreen
+from tui.screens.help import FLEET_KEYS, HelpScreen
 from tui.widgets.fleet import FleetStatus
 
 if TYPE_CHECKING:
-    from taskfuse.core.storeapi import Store
+    from taskfuse.core.task import Task
 
 #: How often the store is polled (wall seconds).
 POLL_S = 1.0
+VIEWS = {"b": "board", "board": "board", "dash": "board", "d": "board",
+         "w": "workers", "workers": "workers", "help": "help", "h": "help", "?": "help"}
 
 
 class FleetPolled(Message):
-    """One poll's answers (posted by the polling thread)."""
+    """One poll's answers (posted by the polling thread), with the watched tasks' records."""
 
-    def __init__(self, sample: FleetSample) -> None:
+    def __init__(self, sample: FleetSample, watched: list[Task] | None = None) -> None:
         super().__init__()
         self.sample = sample
+        self.watched = watched
 
 
 class FleetPollFailed(Message):
-    """A poll or a lookup failed; `error` is already free of credentials."""
+    """A poll (or, with `lookup`, a lookup) failed; `error` is free of credentials."""
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, lookup: bool = False) -> None:
         super().__init__()
         self.error = error
+        self.lookup = lookup
 
 
 class TasksFound(Message):
     """What `store.find` answered for a task_id or trace_id."""
 
-    def __init__(self, query: str, found: list[list[tuple[str, str]]]) -> None:
+    def __init__(self, query: str, found: list[Task], t: float) -> None:
         super().__init__()
         self.query = query
         self.found = found
+        self.t = t
 
 
 def scrub(error: BaseException, url: str) -> str:
@@ -64,88 +82,131 @@ def scrub(error: BaseException, url: str) -> str:
 
 
 class FleetApp(App[int]):
-    """Polls one store on a timer and shows queue, running, states, batches, RUNNING tasks."""
+    """Polls one store on a timer: the board, the workers, one task's record and history."""
 
     CSS_PATH = "monitor.tcss"
     TITLE = "taskfuse fleet"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "prompt('/')", "find task", key_display="/"),
-        Binding("colon", "prompt(':')", "command", key_display=":"),
-        Binding("r", "poll", "poll now"),
+        Binding("colon", "prompt(':')", "command", key_display=":", show=False),
+        Binding("w", "view('workers')", "workers"),
+        Binding("b", "view('board')", "board", show=False),
+        Binding("r", "poll", "poll"),
         Binding("escape", "back", "back", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
         Binding("T", "toggle_theme", "theme", show=False),
         Binding("q", "quit_monitor", "quit"),
     ]
 
-    def __init__(self, store: Store, url: str, poll_s: float = POLL_S,
-                 clock: Callable[[], float] = time.time, theme: str = "textual-dark") -> None:
+    def __init__(self, store: FleetReads, url: str, poll_s: float = POLL_S,
+                 clock: Callable[[], float] = time.time, theme: str = "textual-dark",
+                 slow_poll_s: float = SLOW_POLL_S) -> None:
         super().__init__()
         self.store = store
         self.url = url
         self.shown_url = redact_url(url)
         self.poll_s = poll_s
+        self.slow_poll_s = slow_poll_s
         self.clock = clock
         self.model = FleetModel()
         self.polls = 0
         self.error: str | None = None
         self._theme_name = theme
         self._busy = False
+        self._jobs = 0  # submitted to the poller, answer not yet handled
         self._idle = asyncio.Event()
+        self._idle.set()
+        self._poller = Poller("taskfuse-fleet-poll")
+        self._p99 = P99Cache()
+        self._last_slow: float | None = None
 
     def on_mount(self) -> None:
         self.theme = self._theme_name
         self.sub_title = self.shown_url
-        self.install_screen(FleetScreen(self.model), "fleet")
-        self.push_screen("fleet")
+        self.install_screen(FleetScreen(self.model), "board")
+        self.install_screen(FleetWorkersScreen(self.model), "workers")
+        self.push_screen("board")
         self.set_interval(self.poll_s, self.poll_now)
         self.poll_now()
 
+    def on_unmount(self) -> None:
+        self._poller.close()
+
     # -- polling (the thread only posts messages) -----------------------------------------
 
-    def poll_now(self) -> None:
-        """Start a poll unless one is still running (a slow store must not pile them up)."""
+    def poll_now(self, slow: bool | None = None) -> None:
+        """Start a poll unless one is still running (a slow store must not pile them up).
+        `slow` asks the full-scan questions too (by default every `slow_poll_s`, and every
+        poll while the worker view is open)."""
         self._sync()
-        if not self._busy:
-            self._busy = True
-            self._idle.clear()
-            self._poll()
+        if self._busy:
+            return
+        now = self.clock()
+        if slow is None:
+            slow = (self._last_slow is None or now - self._last_slow >= self.slow_poll_s
+                    or isinstance(self.screen, FleetWorkersScreen))
+        if slow:
+            self._last_slow = now
+        watched = self.screen.watched.query if isinstance(self.screen, FleetTaskScreen) \
+            else None
+        self._busy = True
+        self._submit(lambda: self._poll(now, slow, watched))
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        """Hand a job (which posts exactly one answer) to the poller thread."""
+        self._jobs += 1
+        self._idle.clear()
+        self._poller.submit(job)
+
+    def _answered(self) -> None:
+        self._jobs -= 1
+        if not self._jobs:
+            self._idle.set()
 
     async def wait_idle(self) -> None:
-        """Wait until the current poll has been applied (for tests)."""
+        """Wait until every poll and lookup asked for has been applied (for tests)."""
         await self._idle.wait()
 
-    @work(thread=True, group="poll", exit_on_error=False)
-    def _poll(self) -> None:
+    def _poll(self, now: float, slow: bool, watched: str | None) -> None:
+        """On the poller thread."""
         try:
-            self.post_message(FleetPolled(poll_store(self.store, self.clock())))
+            sample = poll_store(self.store, now, slow, self._p99)
+            found = self.store.find(watched) if watched is not None else None
+            self.post_message(FleetPolled(sample, found))
         except Exception as exc:  # a store outage is shown, never raised into the UI
             self.post_message(FleetPollFailed(scrub(exc, self.url)))
 
-    @work(thread=True, group="find", exit_on_error=False)
     def _find(self, query: str) -> None:
+        """On the poller thread."""
         try:
             tasks = self.store.find(query)
         except Exception as exc:
-            self.post_message(FleetPollFailed(scrub(exc, self.url)))
+            self.post_message(FleetPollFailed(scrub(exc, self.url), lookup=True))
             return
-        now = self.clock()
-        self.post_message(TasksFound(query, [task_lines(t, now) for t in tasks]))
+        self.post_message(TasksFound(query, tasks, self.clock()))
 
     def on_fleet_polled(self, message: FleetPolled) -> None:
         self.model.add(message.sample)
         self.polls += 1
         self.error = None
+        screen = self.screen
+        if message.watched is not None and isinstance(screen, FleetTaskScreen):
+            screen.watched.update(message.watched, message.sample.t)
         self._done()
 
     def on_fleet_poll_failed(self, message: FleetPollFailed) -> None:
         self.error = message.error
-        self._done()
+        if message.lookup:
+            self._sync()
+            self._answered()
+        else:
+            self._done()
 
     def _done(self) -> None:
         self._busy = False
         self._sync()
-        self._idle.set()
+        self._answered()
 
     def status(self) -> FleetStatus:
         latest = self.model.latest
@@ -153,43 +214,70 @@ class FleetApp(App[int]):
         return FleetStatus(self.shown_url, self.polls, since, self.poll_s, self.error)
 
     def _sync(self) -> None:
-        screen = self.get_screen("fleet") if self.is_screen_installed("fleet") else None
-        if isinstance(screen, FleetScreen):
+        screen = self.screen if self.screen_stack else None
+        if isinstance(screen, FleetBase):
             screen.show(self.status())
 
-    # -- lookups and keys ------------------------------------------------------------------
+    # -- lookups, views and keys -----------------------------------------------------------
 
-    def on_tasks_found(self, message: TasksFound) -> None:
+    async def on_tasks_found(self, message: TasksFound) -> None:
         if not message.found:
-            self.notify(f"no task or trace {message.query!r}", severity="warning")
-            return
-        self.push_screen(FleetTaskScreen(message.query, message.found))
+            self.notify(f"no task or trace {message.query!r} in the store", severity="warning")
+        else:
+            await self.push_screen(FleetTaskScreen(
+                self.model, Watched(message.query, message.found, message.t)))
+            self._sync()
+        self._answered()
 
     @on(CommandEntered)
-    def _command(self, message: CommandEntered) -> None:
+    async def _command(self, message: CommandEntered) -> None:
         text = message.text.strip()
-        if message.mode == ":" and text.lower() in ("q", "quit", "q!"):
+        low = text.lower()
+        if message.mode == ":" and low in ("q", "quit", "q!"):
             self.exit(0)
             return
-        if message.mode == ":" and text.lower().startswith("task "):
+        if message.mode == ":" and low in VIEWS:
+            await self.action_view(VIEWS[low])
+            return
+        if message.mode == ":" and low.startswith("task "):
             text = text[5:].strip()
         if text:
-            self._find(text)
+            self._submit(lambda: self._find(text))
 
     @on(TaskChosen)
     def _chosen(self, message: TaskChosen) -> None:
-        self._find(message.task_id)
+        task = message.task_id
+        self._submit(lambda: self._find(task))
 
     def action_prompt(self, mode: str) -> None:
-        if isinstance(self.screen, FleetScreen):
+        if isinstance(self.screen, FleetBase):
             self.screen.open_prompt(mode)
 
     def action_poll(self) -> None:
-        self.poll_now()
+        self.poll_now(slow=True)
+
+    async def action_view(self, name: str) -> None:
+        if name == "help":
+            self.action_help()
+            return
+        while len(self.screen_stack) > 2:
+            await self.pop_screen()
+        if self.screen is not self.get_screen(name):
+            await self.switch_screen(name)
+        if name == "workers" and self.model.workers is None:
+            self.poll_now(slow=True)
+        self._sync()
 
     async def action_back(self) -> None:
         if len(self.screen_stack) > 2:
             await self.pop_screen()
+        elif self.screen is not self.get_screen("board"):
+            await self.switch_screen("board")
+        self._sync()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(FLEET_KEYS, "fleet keys"), lambda _: self._sync())
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
@@ -204,10 +292,12 @@ class FleetOpenError(Exception):
 
 def open_fleet(url: str, poll_s: float = POLL_S, theme: str | None = None,
                clock: Callable[[], float] = time.time) -> FleetApp:
-    """Open the store and build the app; raises FleetOpenError (never with credentials).
+    """Open the store read-only and build the app; raises FleetOpenError (never with
+    credentials).
 
-    Watching must not create what it watches: a missing SQLite file is an error, not a new
-    empty store, and memory:// (private to the process that made it) is refused.
+    Watching must not create what it watches: a missing SQLite file, a file or a schema
+    without a taskfuse store is an error, and memory:// (private to the process that made
+    it) is refused.
     """
     from taskfuse.store import open_store
 
@@ -221,9 +311,9 @@ def open_fleet(url: str, poll_s: float = POLL_S, theme: str | None = None,
     if poll_s <= 0:
         raise FleetOpenError(f"poll interval must be > 0 seconds, got {poll_s!r}")
     try:
-        store = open_store(url)
+        store = open_store(url, read_only=True)
     except Exception as exc:  # an unreachable or unknown store is one line, never a traceback
         raise FleetOpenError(scrub(exc, url)) from None
     themes = {"dark": "textual-dark", "light": "textual-light"}
-    return FleetApp(store, url, poll_s=poll_s, clock=clock,
+    return FleetApp(store, url, poll_s=poll_s, clock=clock,  # type: ignore[arg-type]
                     theme=themes.get(theme or "dark", theme or "textual-dark"))

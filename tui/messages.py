@@ -22,12 +22,13 @@ class TraceGrew(Message):
 
 
 class EventsDecoded(Message):
-    """One more event frame was decoded; `pending` frames remain."""
+    """One more event frame was decoded; `pending` frames (`pending_bytes`) remain."""
 
-    def __init__(self, chunk: EventChunk, pending: int) -> None:
+    def __init__(self, chunk: EventChunk, pending: int, pending_bytes: int = 0) -> None:
         super().__init__()
         self.chunk = chunk
         self.pending = pending
+        self.pending_bytes = pending_bytes
 
 
 class PumpFinished(Message):
@@ -60,6 +61,36 @@ class CommandEntered(Message):
         super().__init__()
         self.mode = mode
         self.text = text
+
+
+class SearchChanged(Message):
+    """The `/` prompt's text changed (incremental search); only the latest one matters."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SearchChanged)
+
+
+class PromptClosed(Message):
+    """The prompt was closed with esc (nothing submitted)."""
+
+    def __init__(self, mode: str, cancelled: bool = True) -> None:
+        super().__init__()
+        self.mode = mode
+        self.cancelled = cancelled
+
+
+class PageMove(Message):
+    """The task table's cursor went past its page: move the window by `rows` (or to the
+    first / last row with `to`)."""
+
+    def __init__(self, rows: int = 0, to: str | None = None) -> None:
+        super().__init__()
+        self.rows = rows
+        self.to = to
 
 
 class TaskChosen(Message):

@@ -12,8 +12,7 @@ column edge. Appending (a followed run) grows the arrays by doubling, so it is a
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -153,6 +152,14 @@ def bars(values: np.ndarray, height: int, top: float | None = None) -> list[str]
     return rows
 
 
+def log_scale(values: np.ndarray, floor: float) -> np.ndarray:
+    """Latencies for a bar chart: decades above `floor` (120 ms and 30 s both visible)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.log10(np.maximum(values, floor) / floor) + 0.1
+    out[np.isnan(values)] = np.nan
+    return out
+
+
 # -- what the panels show ----------------------------------------------------------------
 
 
@@ -168,6 +175,8 @@ class Overview:
     queue_chart: np.ndarray = field(repr=False)
     running_chart: np.ndarray = field(repr=False)
     limit_chart: np.ndarray = field(repr=False)
+    throughput_chart: np.ndarray | None = field(default=None, repr=False)
+    success_chart: np.ndarray | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +190,7 @@ class DownstreamRow:
     r429: float | None
     r429_rate: float | None
     errors: float | None
+    rps_chart: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +199,7 @@ class PoolRow:
     in_use: float | None
     waiting: float | None
     size: float | None
+    waiting_chart: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -200,6 +211,7 @@ class Business:
     timeouts: float | None
     breaker: str | None
     p99_chart: np.ndarray = field(repr=False)
+    reopen_in: float | None = None  # seconds until the gateway breaker goes half-open
 
     @property
     def slo_broken(self) -> bool:
@@ -211,6 +223,7 @@ class BatchRow:
     batch_id: str
     counts: Mapping[str, int]
     p99: float | None
+    final: bool = True  # False while events up to the cursor are still loading
 
     @property
     def total(self) -> int:
@@ -221,10 +234,26 @@ class BatchRow:
         return sum(self.counts.get(s, 0) for s in TERMINAL_STATES)
 
     @property
+    def started(self) -> bool:
+        """Has any task of the batch run (or is running)? Cancels of queued tasks don't count."""
+        return any(self.counts.get(s, 0) for s in ("RUNNING", "SUCCESS", "FAILED", "TIMEOUT"))
+
+    @property
     def status(self) -> BatchStatus | None:
         if not self.total:
             return None
         return derive_batch_status({TaskStatus(k): v for k, v in self.counts.items()})
+
+    @property
+    def label(self) -> str:
+        """The status shown: the core's derived status, except PENDING while nothing of a
+        batch has started (the core calls that RUNNING: work remains)."""
+        status = self.status
+        if status is None:
+            return "EMPTY"
+        if status is BatchStatus.RUNNING and not self.started:
+            return "PENDING"
+        return status.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,13 +296,14 @@ class Meta:
     pools: tuple[str, ...]
     batches: tuple[str, ...]
     workers: float | None
+    worker_id: str | None = None
 
     @classmethod
     def from_header(cls, header: Mapping[str, Any]) -> Meta:
         series = list(header.get("series", []))
         meta = header.get("meta") or {}
         return cls(
-            scenario=str(header.get("scenario") or "trace"),
+            scenario=str(header.get("scenario") or ""),
             source=str(header.get("source") or "?"),
             seed=header.get("seed"),
             sample_interval=float(header.get("sample_interval_s") or 1.0),
@@ -281,7 +311,31 @@ class Meta:
             pools=tuple(names_with_prefix(series, "pool", meta.get("pools"))),
             batches=tuple(names_with_prefix(series, "batch", meta.get("batches"))),
             workers=meta.get("workers"),
+            worker_id=meta.get("worker_id"),
         )
+
+    @property
+    def title(self) -> str:
+        """What the run is: `incident seed=7` for a simulation, `sync on host:4242` for a
+        real worker (a real run has no seed, so none is shown)."""
+        name = self.scenario or ("real run" if self.source == "runtime" else "trace")
+        if self.worker_id:
+            name = f"{name} on {self.worker_id}"
+        return name if self.seed is None else f"{name} seed={self.seed}"
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Tasks by state at a time; `final` is False while events up to it are still loading
+    (the numbers are then lower bounds) and `loaded` says how much of the file is read."""
+
+    by_state: Mapping[str, int]
+    final: bool
+    loaded: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_state.values())
 
 
 class TraceModel:
@@ -298,13 +352,26 @@ class TraceModel:
         self.report: dict[str, Any] | None = None
         self.complete = False
         self.pending_frames = 0
+        self.event_bytes = 0  # bytes of event frames located so far
+        self.pending_bytes = 0  # of those, not decoded yet
 
     def add_samples(self, times: np.ndarray, rows: np.ndarray) -> None:
         self.timeline.append(times, rows)
 
-    def add_events(self, chunk: EventChunk, pending: int) -> None:
+    def add_event_frames(self, frames: int, nbytes: int) -> None:
+        """Event frames were located in the file (decoded later, in order)."""
+        self.pending_frames += frames
+        self.event_bytes += nbytes
+        self.pending_bytes += nbytes
+
+    def add_events(self, chunk: EventChunk, pending: int, pending_bytes: int | None = None
+                   ) -> None:
         self.tasks.extend(chunk)
         self.pending_frames = pending
+        if pending_bytes is not None:
+            self.pending_bytes = pending_bytes
+        elif pending == 0:
+            self.pending_bytes = 0
 
     def finish(self, report: dict[str, Any] | None) -> None:
         self.report, self.complete = report, True
@@ -312,6 +379,20 @@ class TraceModel:
     @property
     def events_loaded(self) -> bool:
         return self.pending_frames == 0
+
+    @property
+    def loaded(self) -> float:
+        """Share of the event bytes located so far that are decoded (1.0 when all are)."""
+        if self.events_loaded or not self.event_bytes:
+            return 1.0
+        return 1.0 - self.pending_bytes / self.event_bytes
+
+    def final_at(self, t: float) -> bool:
+        """Are all events at or before `t` loaded? (Events are written in time order.)"""
+        return self.events_loaded or (self.tasks.last_t or -math.inf) > t
+
+    def counts_at(self, t: float) -> Counts:
+        return Counts(self.tasks.counts_at(t), self.final_at(t), self.loaded)
 
     @property
     def span(self) -> tuple[float, float]:
@@ -325,23 +406,45 @@ class TraceModel:
         return min(t0, 0.0), t1
 
     def snapshot(self, t: float, width: int = CHART_COLUMNS) -> Snapshot:
-        loaded = self.events_loaded or (self.tasks.last_t or -math.inf) >= t
+        loaded = self.final_at(t) or (self.tasks.last_t or -math.inf) >= t
         alerts = self.tasks.alerts_at(t) if loaded else None
         snap = snapshot(self.timeline, self.meta, t, self.span, alerts, width)
+        if not snap.batches and self.tasks.words["batch_id"]:
+            snap = replace(snap, batches=self._event_batches(t))
         return self._exact_breakers(snap, t) if loaded else snap
+
+    def _event_batches(self, t: float) -> tuple[BatchRow, ...]:
+        """Batches counted from events (a trace without batch series, e.g. a real worker's)."""
+        final = self.final_at(t)
+        return tuple(BatchRow(name, counts, p99, final)
+                     for name, (counts, p99) in self.tasks.batches_at(t).items()
+                     if sum(counts.values()))
 
     def _exact_breakers(self, snap: Snapshot, t: float) -> Snapshot:
         """Breaker states from BREAKER events where the trace has them: a sample can be up
-        to one interval late, an event is not."""
+        to one interval late, an event is not. Where no sample says when an open breaker
+        goes half-open, the next BREAKER event does (a replay knows it; a live run not yet)."""
         at = self.tasks.breaker_at
         ds = tuple(
-            replace(d, breaker=state, reopen_in=d.reopen_in if state == "open" else None)
+            replace(d, breaker=state,
+                    reopen_in=(d.reopen_in if d.reopen_in is not None
+                               else self._reopen_in(d.name, t)) if state == "open" else None)
             if (state := at(d.name, t)) is not None else d
             for d in snap.downstreams
         )
         gateway = at(GATEWAY, t)
-        biz = snap.business if gateway is None else replace(snap.business, breaker=gateway)
+        biz = snap.business
+        if gateway is not None:
+            reopen = None
+            if gateway == "open":
+                reopen = biz.reopen_in if biz.reopen_in is not None \
+                    else self._reopen_in(GATEWAY, t)
+            biz = replace(biz, breaker=gateway, reopen_in=reopen)
         return replace(snap, downstreams=ds, business=biz)
+
+    def _reopen_in(self, subject: str, t: float) -> float | None:
+        nxt = self.tasks.breaker_next(subject, t)
+        return nxt[0] - t if nxt is not None and nxt[1] == "half_open" else None
 
 
 def breaker_name(code: float | None) -> str | None:
@@ -360,6 +463,10 @@ def snapshot(
     i = tl.index_at(t)
     v = tl.value
     t0, t1 = span
+
+    def chart(name: str) -> np.ndarray:
+        return tl.chart(name, i, t0, t1, width)
+
     limit = v("running_limit", i)
     if limit is None:
         limit = meta.workers
@@ -367,20 +474,24 @@ def snapshot(
         v("queue_depth", i), v("running", i), limit, v("submitted", i),
         {s: v(f"done.{s}", i) for s in TERMINAL_STATES},
         v("throughput", i), v("success_rate", i),
-        tl.chart("queue_depth", i, t0, t1, width), tl.chart("running", i, t0, t1, width),
-        tl.chart("running_limit", i, t0, t1, width),
+        chart("queue_depth"), chart("running"), chart("running_limit"),
+        chart("throughput"), chart("success_rate"),
     )
     # Time until half-open is carried at the sample; subtract what has passed since it.
     since = t - float(tl.times[i]) if i >= 0 else 0.0
-    ds = tuple(_downstream(tl, i, name, since) for name in meta.downstreams)
+    ds = tuple(_downstream(tl, i, name, since, chart) for name in meta.downstreams)
     pools = tuple(
-        PoolRow(p, v(f"pool.{p}.in_use", i), v(f"pool.{p}.waiting", i), v(f"pool.{p}.size", i))
+        PoolRow(p, v(f"pool.{p}.in_use", i), v(f"pool.{p}.waiting", i), v(f"pool.{p}.size", i),
+                chart(f"pool.{p}.waiting"))
         for p in meta.pools
     )
+    gateway = breaker_name(v("biz.breaker", i))
+    reopen = v("biz.reopen_in", i)  # a writer that records it; else the events tell
     biz = Business(
         any(tl.has(f"biz.{k}") for k in ("p99", "breaker")),
         v("biz.p50", i), v("biz.p99", i), v("biz.slo_p99", i), v("biz.timeouts", i),
-        breaker_name(v("biz.breaker", i)), tl.chart("biz.p99", i, t0, t1, width),
+        gateway, chart("biz.p99"),
+        max(0.0, reopen - since) if reopen is not None and gateway == "open" else None,
     )
     batches = tuple(
         BatchRow(b, {s: int(v(f"batch.{b}.{s}", i) or 0) for s in STATES}, v(f"batch.{b}.p99", i))
@@ -393,7 +504,8 @@ def snapshot(
     )
 
 
-def _downstream(tl: Timeline, i: int, name: str, since: float) -> DownstreamRow:
+def _downstream(tl: Timeline, i: int, name: str, since: float,
+                chart: Callable[[str], np.ndarray]) -> DownstreamRow:
     v = tl.value
     p = f"ds.{name}."
     breaker = breaker_name(v(p + "breaker", i))
@@ -409,41 +521,11 @@ def _downstream(tl: Timeline, i: int, name: str, since: float) -> DownstreamRow:
         rate = (r429 - prev) / dt if dt > 0 else None
     return DownstreamRow(
         name, breaker, reopen, v(p + "in_flight", i), v(p + "limit", i), v(p + "rps", i),
-        r429, rate, v(p + "errors", i),
+        r429, rate, v(p + "errors", i), chart(p + "rps"),
     )
 
 
-# -- time and commands -------------------------------------------------------------------
-
-
-def fmt_t(t: float | None) -> str:
-    """A trace time as h:mm:ss.s (or m:ss.s) — what a person types back into `:`."""
-    if t is None or math.isnan(t):
-        return "–"
-    sign = "-" if t < 0 else ""
-    t = abs(t)
-    h, rest = divmod(t, 3600)
-    m, s = divmod(rest, 60)
-    if h:
-        return f"{sign}{int(h)}:{int(m):02d}:{s:04.1f}"
-    return f"{sign}{int(m)}:{s:04.1f}"
-
-
-def fmt_num(x: float | None, digits: int = 0) -> str:
-    if x is None:
-        return "–"
-    if abs(x) >= 10_000:
-        return f"{x / 1000:.0f}k"
-    return f"{x:.{digits}f}"
-
-
-def fmt_s(x: float | None) -> str:
-    """Seconds, short: 30s, 2.5s, 120ms."""
-    if x is None:
-        return "–"
-    if x < 1:
-        return f"{x * 1000:.0f}ms"
-    return f"{x:.1f}s" if x < 100 else f"{x:.0f}s"
+# -- playback ----------------------------------------------------------------------------
 
 
 def seek_step(span: float) -> float:
@@ -465,69 +547,6 @@ def snap_speed(speed: float) -> float:
     return min(SPEEDS, key=lambda s: abs(math.log(s) - math.log(max(speed, 1e-9))))
 
 
-VIEWS = {"dash": "dashboard", "dashboard": "dashboard", "d": "dashboard",
-         "tasks": "tasks", "task": "tasks", "t": "tasks", "help": "help", "h": "help"}
-_CLOCK = re.compile(r"^(?:(\d+):)?(\d+):(\d+(?:\.\d*)?)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """What a `:` line asks for: a view, a time, a task, or quit; `error` when unreadable."""
-
-    view: str | None = None
-    t: float | None = None
-    task: str | None = None
-    quit: bool = False
-    error: str | None = None
-
-
-def parse_command(text: str, now: float, span: tuple[float, float]) -> Command:
-    """Read a `:` line like k9s does: a view name, or a time (`90`, `1:30`, `+10`, `50%`)."""
-    s = text.strip()
-    low = s.lower()
-    if low in ("q", "quit", "q!"):
-        return Command(quit=True)
-    if low in VIEWS:
-        return Command(view=VIEWS[low])
-    if low in ("start", "home", "begin"):
-        return Command(t=span[0])
-    if low in ("end", "live"):
-        return Command(t=span[1])
-    if low.startswith("task ") and s[5:].strip():
-        return Command(task=s[5:].strip())
-    t = parse_time(low, now, span)
-    if t is None:
-        return Command(error=f"not a view or a time: {s!r} (try 90, 1:30, +10, 50%, tasks)")
-    return Command(t=t)
-
-
-def parse_time(s: str, now: float, span: tuple[float, float]) -> float | None:
-    """`90`, `90s`, `1:30`, `1:02:03`, `5m`, `+10`/`-10` (relative), `50%` (of the run)."""
-    s = s.strip().replace(" ", "")
-    if not s:
-        return None
-    if s.endswith("%"):
-        try:
-            return span[0] + (span[1] - span[0]) * float(s[:-1]) / 100.0
-        except ValueError:
-            return None
-    rel = s[0] in "+-"
-    body = s[1:] if rel else s
-    unit = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(body[-1:])
-    try:
-        if unit is not None:
-            secs = float(body[:-1]) * unit
-        elif m := _CLOCK.match(body):
-            secs = int(m.group(1) or 0) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
-        else:
-            secs = float(body)
-    except ValueError:
-        return None
-    if rel:
-        return now + secs if s[0] == "+" else now - secs
-    return secs
-
-
 @dataclass(frozen=True, slots=True)
 class PlayInfo:
     """What the time bar shows: where the cursor is, how it moves, how the source is doing."""
@@ -540,6 +559,6 @@ class PlayInfo:
     live: bool = False
     complete: bool = True
     stalled_for: float | None = None
-    loading: int = 0  # event frames still to decode
+    loaded: float = 1.0  # share of the event bytes decoded so far
     title: str = ""
     error: str | None = None

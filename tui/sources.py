@@ -12,7 +12,9 @@ holds millions of events — seconds of JSON. The monitor opens in two steps ins
 
 Following is the same walk repeated: `poll` picks up frames appended since the last one and
 notices when the file stopped growing. A half-written last frame is simply not read yet.
-Only the worker thread touches a source after `open`; the UI sees its output in messages.
+Before a poll the app asks `changed()`: one `os.stat` (size and mtime), so a followed file
+that is not growing costs a system call per check and nothing else. Only the loading thread
+touches a source's reading state after `open`; the UI sees its output in messages.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Delta:
     times: np.ndarray
     rows: np.ndarray
     new_event_frames: int = 0
+    new_event_bytes: int = 0
     report: dict[str, Any] | None = None
     complete: bool = False
     grew: bool = False
@@ -81,6 +84,8 @@ class TraceSource:
     _decoder: Decoder = field(default_factory=Decoder)
     _last_growth: float = 0.0
     _events_seen: int = 0
+    _pending_bytes: int = 0
+    _stat: tuple[int, int] | None = None  # (size, mtime_ns) at the last poll
     complete: bool = False
 
     @classmethod
@@ -120,6 +125,27 @@ class TraceSource:
     def pending_frames(self) -> int:
         return len(self._pending)
 
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
+    def changed(self) -> bool:
+        """Has the file changed since the last poll? One stat call; True if it vanished
+        (the poll then reports why)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_size, st.st_mtime_ns) != self._stat
+
+    def stalled_for(self) -> float | None:
+        """Wall seconds without growth of a followed, unfinished file once past
+        STALL_AFTER_S (what `poll` would report), else None."""
+        if not self.follow or self.complete:
+            return None
+        idle = self.clock() - self._last_growth
+        return idle if idle >= STALL_AFTER_S else None
+
     def poll(self) -> Delta:
         """Read every complete frame appended since the last poll (events only located)."""
         times: list[float] = []
@@ -130,7 +156,9 @@ class TraceSource:
         except OSError as exc:
             raise TraceError(f"{self.path}: cannot read: {exc.strerror}") from None
         with fh:
-            size = os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
+            size = st.st_size
+            self._stat = (size, st.st_mtime_ns)
             fh.seek(self._offset)
             while self._offset + _FRAME.size <= size:
                 length, kind = _FRAME.unpack(fh.read(_FRAME.size))
@@ -139,7 +167,9 @@ class TraceSource:
                     break
                 if kind == EVENTS:
                     self._pending.append((self._offset + _FRAME.size, length))
+                    self._pending_bytes += length
                     delta.new_event_frames += 1
+                    delta.new_event_bytes += length
                     fh.seek(length, os.SEEK_CUR)
                 else:
                     obj = self._decode(fh.read(length), self._offset)
@@ -175,6 +205,7 @@ class TraceSource:
         if not self._pending:
             return None
         at, length = self._pending.popleft()
+        self._pending_bytes -= length
         with open(self.path, "rb") as fh:
             fh.seek(at)
             obj = self._decode(fh.read(length), at - _FRAME.size)

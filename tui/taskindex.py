@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,7 @@ import numpy as np
 from taskfuse.core.events import EventKind
 from taskfuse.core.states import TaskStatus
 from taskfuse.trace import EVENT_FIELDS
+from tui.search import Found, WordSearch
 
 STATES: tuple[str, ...] = tuple(s.value for s in TaskStatus)
 
@@ -39,6 +40,9 @@ _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 _STATE_CODE: dict[Any, int] = {s: i for i, s in enumerate(STATES)}
 _SUBMIT, _MOVE = _KIND_CODE["submit"], _KIND_CODE["move"]
 _ALERT, _BREAKER = _KIND_CODE["alert"], _KIND_CODE["breaker"]
+_RUNNING_CODE, _PENDING_CODE = STATES.index("RUNNING"), STATES.index("PENDING")
+#: Moves into these states are notable (the events panel lists them), and retries.
+_NOTABLE_DST = np.array([STATES.index(s) for s in ("FAILED", "TIMEOUT", "CANCELED")], np.int8)
 CHECKPOINT = 1024
 _F = {name: i for i, name in enumerate(EVENT_FIELDS)}
 #: String columns kept as codes into a vocabulary of their own.
@@ -169,6 +173,7 @@ class HistoryRow:
     worker: str | None
     subject: str | None
     value: float | None
+    task_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +215,25 @@ class _Grow:
         return self.a[: self.n]
 
 
+def _grown(a: np.ndarray, n: int, fill: int = -1) -> np.ndarray:
+    """`a` with room for at least n entries (doubling; new room holds `fill`)."""
+    if n <= len(a):
+        return a
+    out = np.full(max(n, 2 * len(a), 1024), fill, dtype=a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Tasks in a state at a time, matching a search: interval indexes, newest change first."""
+
+    hits: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+
 class TaskIndex:
     """The events of a trace, indexed for the task table, drill-down, counts and alerts."""
 
@@ -224,11 +248,19 @@ class TaskIndex:
         self._iv = {"ev": _Grow(np.int64), "start": _Grow(float), "end": _Grow(float),
                     "state": _Grow(np.int8)}
         self._open = np.full(0, -1, dtype=np.int64)  # task code -> its open interval
+        # task code -> trace / batch code: only SUBMIT events carry a trace_id in lab traces
+        self._task_trace = np.full(0, -1, dtype=np.int32)
+        self._task_batch = np.full(0, -1, dtype=np.int32)
+        self._notable = _Grow(np.int64)  # event indexes the events panel lists
         self._ckpt = [np.zeros(len(STATES), dtype=np.int64)]
         self._totals = np.zeros(len(STATES), dtype=np.int64)
         self._alerts: list[tuple[float, str, bool, float | None]] = []
         self._breakers: dict[str, tuple[list[float], list[str]]] = {}
         self._task_of: dict[str, int] | None = None
+        self._trace_of: dict[str, int] | None = None
+        self.task_search = WordSearch(self.words["task_id"])
+        self.trace_search = WordSearch(self.words["trace_id"])
+        self._batch_cache: tuple[Any, ...] | None = None
 
     @property
     def n_events(self) -> int:
@@ -251,17 +283,41 @@ class TaskIndex:
         self.kinds.extend(chunk.other_kinds)
         if chunk.new_words["task_id"]:
             self._task_of = None
+        if chunk.new_words["trace_id"]:
+            self._trace_of = None
         base = self.n_events
         for name in ("t", "kind", "src", "dst", "attempt", "value"):
             self._ev[name].extend(getattr(chunk, name))
         for name in VOCABS:
             self._ev[name].extend(chunk.codes[name])
+        self._add_owners(chunk)
         self._add_intervals(chunk, base)
+        self._add_notable(chunk, base)
         self._alerts.extend(chunk.alerts)
         for t, subject, _, dst, _ in chunk.breakers:
             times, states = self._breakers.setdefault(subject, ([], []))
             times.append(t)
             states.append(dst)
+
+    def _add_owners(self, chunk: EventChunk) -> None:
+        """Remember each task's trace and batch from the first event that names them."""
+        n = self.n_tasks
+        self._task_trace = _grown(self._task_trace, n)
+        self._task_batch = _grown(self._task_batch, n)
+        task = chunk.codes["task_id"]
+        for name, owner in (("trace_id", self._task_trace), ("batch_id", self._task_batch)):
+            code = chunk.codes[name]
+            m = (task >= 0) & (code >= 0)
+            sel, val = task[m], code[m]
+            unset = owner[sel] < 0
+            owner[sel[unset]] = val[unset]
+
+    def _add_notable(self, chunk: EventChunk, base: int) -> None:
+        k, src, dst = chunk.kind, chunk.src, chunk.dst
+        move = k == _MOVE
+        notable = ((k == _BREAKER) | (k == _ALERT) | (move & np.isin(dst, _NOTABLE_DST))
+                   | (move & (src == _RUNNING_CODE) & (dst == _PENDING_CODE)))
+        self._notable.extend(base + np.flatnonzero(notable))
 
     def _add_intervals(self, chunk: EventChunk, base: int) -> None:
         moves = np.flatnonzero(((chunk.kind == _MOVE) | (chunk.kind == _SUBMIT))
@@ -276,10 +332,7 @@ class TaskIndex:
         order = np.argsort(task, kind="stable")
         same = task[order][1:] == task[order][:-1]
         ends[order[:-1][same]] = t[order[1:][same]]
-        if self.n_tasks > len(self._open):
-            grown = np.full(max(self.n_tasks, 2 * len(self._open)), -1, dtype=np.int64)
-            grown[: len(self._open)] = self._open
-            self._open = grown
+        self._open = _grown(self._open, self.n_tasks)
         is_first = np.ones(len(moves), bool)
         is_first[order[1:][same]] = False
         firsts = np.flatnonzero(is_first)
@@ -330,77 +383,117 @@ class TaskIndex:
             counts -= np.bincount(src, minlength=len(STATES))
         return {s: int(x) for s, x in zip(STATES, counts, strict=True)}
 
+    def _live(self, t: float) -> tuple[int, np.ndarray]:
+        """Intervals in force at `t`: how many started by then, and the mask over those."""
+        n = int(np.searchsorted(self._iv["start"].v, t, "right"))
+        return n, self._iv["end"].v[:n] > t
+
+    def _task_of_iv(self, n: int) -> np.ndarray:
+        return self._ev["task_id"].v[self._iv["ev"].v[:n]]
+
+    def select(self, t: float, state: str | None = None,
+               tasks: np.ndarray | None = None) -> Selection:
+        """Tasks in `state` (any if None) at `t`, only `tasks` (codes) if given; newest first."""
+        n, mask = self._live(t)
+        if state is not None:
+            mask &= self._iv["state"].v[:n] == STATES.index(state)
+        if tasks is not None:
+            wanted = np.zeros(max(self.n_tasks, 1), bool)
+            wanted[tasks] = True
+            mask &= wanted[self._task_of_iv(n)]
+        return Selection(np.flatnonzero(mask)[::-1])
+
+    def rows(self, selection: Selection, offset: int = 0, limit: int = 300) -> list[TaskRow]:
+        """One page of a selection as table rows."""
+        return [self._row(int(k)) for k in selection.hits[offset : offset + limit]]
+
     def tasks_at(
         self, t: float, state: str | None = None, query: str = "", limit: int = 300
     ) -> tuple[list[TaskRow], int]:
         """Tasks in `state` (any if None) at `t` matching `query`, newest change first."""
-        n = int(np.searchsorted(self._iv["start"].v, t, "right"))
-        mask = self._iv["end"].v[:n] > t
-        if state is not None:
-            mask &= self._iv["state"].v[:n] == STATES.index(state)
-        if query:
-            tasks = self.find(query)
-            task_of_iv = self._ev["task_id"].v[self._iv["ev"].v[:n]]
-            mask &= np.isin(task_of_iv, tasks)
-        hits = np.flatnonzero(mask)
-        newest = hits[::-1][:limit]
-        return [self._row(int(k)) for k in newest], len(hits)
+        tasks = self.search(query).codes if query else None
+        sel = self.select(t, state, tasks)
+        return self.rows(sel, 0, limit), len(sel)
 
     def _row(self, k: int) -> TaskRow:
         e = int(self._iv["ev"].v[k])
         ev = self._ev
         att = ev["attempt"].a[e]
+        task = int(ev["task_id"].a[e])
+        trace, batch = int(ev["trace_id"].a[e]), int(ev["batch_id"].a[e])
         return TaskRow(
-            self._word("task_id", int(ev["task_id"].a[e])) or "?",
+            self._word("task_id", task) or "?",
             STATES[int(self._iv["state"].a[k])], float(self._iv["start"].a[k]),
             None if np.isnan(att) else int(att),
-            self._word("batch_id", int(ev["batch_id"].a[e])),
-            self._word("trace_id", int(ev["trace_id"].a[e])),
+            self._word("batch_id", batch if batch >= 0 else int(self._task_batch[task])),
+            self._word("trace_id", trace if trace >= 0 else int(self._task_trace[task])),
             self._word("worker", int(ev["worker"].a[e])),
             self._word("reason", int(ev["reason"].a[e])),
         )
 
-    def find(self, query: str) -> np.ndarray:
-        """Task codes whose task_id or trace_id equals, else contains, `query`."""
+    def search(self, query: str) -> Found:
+        """Tasks whose task_id or trace_id contains `query` (fuzzily if none does)."""
         q = query.strip()
+        by_task = self.task_search.find(q)
+        by_trace = self.trace_search.find(q)
+        if by_task.fuzzy != by_trace.fuzzy:  # a substring hit beats a fuzzy one
+            if by_task.fuzzy:
+                by_task = Found(np.empty(0, np.int64))
+            else:
+                by_trace = Found(np.empty(0, np.int64))
+        codes = by_task.codes
+        if len(by_trace.codes):  # masks, not sets: np.union1d/isin hash a million codes
+            traces = np.zeros(max(len(self.words["trace_id"]), 1), bool)
+            traces[by_trace.codes] = True
+            owner = self._task_trace[: self.n_tasks]
+            tasks = (owner >= 0) & traces[np.maximum(owner, 0)]
+            tasks[codes] = True
+            codes = np.flatnonzero(tasks)
+        return Found(codes, by_task.fuzzy and by_trace.fuzzy,
+                     by_task.fuzzy_skipped or by_trace.fuzzy_skipped)
+
+    def find(self, query: str) -> np.ndarray:
+        """Task codes a query names: that task id, else that trace's tasks, else a search."""
+        q = query.strip()
+        code = self.task_code(q)
+        if code is not None:
+            return np.array([code], np.int64)
+        trace = self.trace_code(q)
+        if trace is not None:
+            return np.flatnonzero(self._task_trace[: self.n_tasks] == trace)
+        return self.search(q).codes
+
+    def task_code(self, task_id: str) -> int | None:
         if self._task_of is None:
             self._task_of = {w: i for i, w in enumerate(self.words["task_id"])}
-        exact = self._task_of.get(q)
-        if exact is not None:
-            return np.array([exact])
-        traces = self.words["trace_id"]
-        try:
-            tr = traces.index(q)
-        except ValueError:
-            tr = -1
-        if tr < 0:
-            tasks = [i for i, w in enumerate(self.words["task_id"]) if q in w]
-            trs = [i for i, w in enumerate(traces) if q in w]
-        else:
-            tasks, trs = [], [tr]
-        if trs:
-            mask = np.isin(self._ev["trace_id"].v, trs)
-            tasks = np.union1d(tasks, np.unique(self._ev["task_id"].v[mask]))
-        return np.asarray(tasks, dtype=np.int64)
+        return self._task_of.get(task_id)
+
+    def trace_code(self, trace_id: str) -> int | None:
+        if self._trace_of is None:
+            self._trace_of = {w: i for i, w in enumerate(self.words["trace_id"])}
+        return self._trace_of.get(trace_id)
 
     def resolve(self, query: str) -> str | None:
-        """The one task id a drill-down query names (a task id, or a trace's first task)."""
+        """The one task a drill-down query names: that task id, a trace's first task, or the
+        only task a search finds; None when it names none, or several by search."""
         found = self.find(query)
-        return self.words["task_id"][int(found[0])] if len(found) else None
+        exact = self.trace_code(query.strip()) is not None
+        if len(found) == 1 or (exact and len(found)):
+            return self.words["task_id"][int(found[0])]
+        return None
 
     def history(self, task_id: str, t: float | None = None) -> TaskHistory | None:
         """Every event of one task, with attempts, waits and errors summed up (up to `t`)."""
-        code = self.find(task_id)
-        if len(code) != 1 or self.words["task_id"][int(code[0])] != task_id:
+        code = self.task_code(task_id)
+        if code is None:
             return None
         ev = self._ev
-        rows_i = np.flatnonzero(ev["task_id"].v == int(code[0]))
+        rows_i = np.flatnonzero(ev["task_id"].v == code)
         rows = tuple(self._history_row(int(e)) for e in rows_i)
         shown = [r for r in rows if t is None or r.t <= t]
-        first = int(rows_i[0])
         return _summarize(
-            task_id, self._word("trace_id", int(ev["trace_id"].a[first])),
-            self._word("batch_id", int(ev["batch_id"].a[first])), shown, t,
+            task_id, self._word("trace_id", int(self._task_trace[code])),
+            self._word("batch_id", int(self._task_batch[code])), shown, t,
         )
 
     def _history_row(self, e: int) -> HistoryRow:
@@ -413,7 +506,71 @@ class TaskIndex:
             None if np.isnan(att) else int(att),
             self._word("worker", int(ev["worker"].a[e])),
             self._word("subject", int(ev["subject"].a[e])), _f(ev["value"].a[e]),
+            self._word("task_id", int(ev["task_id"].a[e])),
         )
+
+    def notable(self, t: float, n: int) -> list[HistoryRow]:
+        """The last `n` notable events at or before `t` (breakers, alerts, failures,
+        timeouts, cancels, retries), newest first."""
+        idx = self._notable.v
+        times = self._ev["t"].v[idx] if len(idx) else np.empty(0)
+        k = int(np.searchsorted(times, t, "right"))
+        picked = idx[max(0, k - n) : k][::-1]
+        rows = []
+        for e in picked.tolist():
+            row = self._history_row(e)
+            if row.kind == "alert":  # its dst is firing/resolved, not a task state
+                row = replace(row, dst=None, reason=self._alert_word(row.t, row.subject))
+            elif row.kind == "breaker":  # its dst is a breaker state, kept apart
+                row = replace(row, dst=self.breaker_at(row.subject or "", row.t))
+            rows.append(row)
+        return rows
+
+    def _alert_word(self, t: float, rule: str | None) -> str:
+        k = bisect.bisect_left(self._alerts, t, key=lambda a: a[0])
+        for at, name, firing, _ in self._alerts[k:]:
+            if at != t:
+                break
+            if name == rule:
+                return "firing" if firing else "resolved"
+        return "?"
+
+    def batches_at(self, t: float) -> dict[str, tuple[dict[str, int], float | None]]:
+        """Per batch named by events: counts by state at `t` and the nearest-rank p99 of the
+        attempts that ended by then (for traces without batch series, e.g. a real worker's)."""
+        key = (t, self._iv["ev"].n)
+        if self._batch_cache is not None and self._batch_cache[0] == key:
+            return self._batch_cache[1]  # type: ignore[no-any-return]
+        names = self.words["batch_id"]
+        out: dict[str, tuple[dict[str, int], float | None]] = {}
+        if names:
+            n, mask = self._live(t)
+            batch = self._task_batch[self._task_of_iv(n)]
+            states = self._iv["state"].v[:n].astype(np.int64)
+            ok = mask & (batch >= 0)
+            k = len(STATES)
+            counts = np.bincount(batch[ok] * k + states[ok], minlength=len(names) * k)
+            p99 = self._batch_p99(n, t, batch, len(names))
+            for b, name in enumerate(names):
+                row = counts[b * k : (b + 1) * k]
+                out[name] = ({s: int(x) for s, x in zip(STATES, row, strict=True)}, p99[b])
+        self._batch_cache = (key, out)
+        return out
+
+    def _batch_p99(self, n: int, t: float, batch: np.ndarray, n_batches: int
+                   ) -> list[float | None]:
+        start, end = self._iv["start"].v[:n], self._iv["end"].v[:n]
+        ran = (self._iv["state"].v[:n] == _RUNNING_CODE) & (end <= t) & (batch >= 0)
+        dur, owner = (end - start)[ran], batch[ran]
+        out: list[float | None] = []
+        for b in range(n_batches):
+            d = dur[owner == b]
+            if not len(d):
+                out.append(None)
+                continue
+            rank = max(1, -(-99 * len(d) // 100)) - 1
+            out.append(float(np.partition(d, rank)[rank]))
+        return out
 
     def breaker_at(self, subject: str, t: float) -> str | None:
         """A breaker's state at `t` from its BREAKER events (exact, unlike a sample); None if
@@ -424,6 +581,15 @@ class TaskIndex:
         times, states = found
         k = bisect.bisect_right(times, t)
         return states[k - 1] if k else "closed"
+
+    def breaker_next(self, subject: str, t: float) -> tuple[float, str] | None:
+        """The breaker's next change after `t` (time, state) if the events loaded hold one."""
+        found = self._breakers.get(subject)
+        if found is None:
+            return None
+        times, states = found
+        k = bisect.bisect_right(times, t)
+        return (times[k], states[k]) if k < len(times) else None
 
     def alerts_at(self, t: float) -> list[AlertRow]:
         """Alert rules firing at `t`, with the time each started firing (few events: a scan)."""
@@ -436,7 +602,6 @@ class TaskIndex:
             else:
                 firing.pop(rule, None)
         return list(firing.values())
-
 
 
 def _f(x: float) -> float | None:

@@ -7,10 +7,16 @@ outcomes so far, throughput, success rate, alerts firing, and per downstream: in
 limit, calls per second, 429s, errors, breaker state, seconds to half-open, tokens.
 
 Times in the trace are seconds since the run started, like a simulation's; the wall-clock
-start is in the header's meta (`t0_epoch`). Counts come from the store, so with a durable
-store they describe the fleet, not only this process. The source's alert rules (DESIGN.md,
-"Observability") are evaluated at every sample on those counts and the durations of the
-tasks this process finished; their changes are ALERT events in the trace.
+start is in the header's meta (`t0_epoch`). Queue depth and outcomes come from the store, so
+with a durable store they describe the fleet, not only this process. `running` and its limit
+(`running_limit`) are this process's own: the tasks its threads run against its thread count
+(the store's RUNNING count of a fleet against one process's threads would read "12/4"). The
+header names the run by its app and worker (`scenario` is the app's name, `meta.worker_id`
+this process) and carries no seed: a real run has none. Batches are not series here (they
+appear as tasks are submitted, after the header is written); every SUBMIT and MOVE event
+carries its batch_id, and the monitor counts batches from those. The source's alert rules
+(DESIGN.md, "Observability") are evaluated at every sample on the store's counts and the
+durations of the tasks this process finished; their changes are ALERT events in the trace.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ class RuntimeTrace:
         self._downstreams = sorted(runner.scheduler.guards)
         header = {
             "source": "runtime",
-            "scenario": None,
+            "scenario": runner.app.name,
             "seed": None,
             "series": series_names(self._downstreams),
             "sample_interval_s": interval_s,
@@ -121,10 +127,11 @@ class RuntimeTrace:
         with runner.lock:
             now = runner.clock()
             counts = runner.store.counts()
+            busy = len(runner.running_tasks())
             firing = self._evaluate(counts, now)
             ds = [self._downstream_row(runner.scheduler.guards[d], now) for d in self._downstreams]
         t = now - self.t0
-        row = [*self._row(counts, t), firing] + [v for cols in ds for v in cols]
+        row = [*self._row(counts, busy, t), firing] + [v for cols in ds for v in cols]
         with self._lock:
             if not self._writer.closed:
                 self._writer.sample(t, row)
@@ -138,7 +145,7 @@ class RuntimeTrace:
         self.alerts.evaluate(now)
         return len(self.alerts.firing)
 
-    def _row(self, counts: dict[TaskStatus, int], t: float) -> list[Any]:
+    def _row(self, counts: dict[TaskStatus, int], busy: int, t: float) -> list[Any]:
         done = sum(counts.get(s, 0) for s in _DONE)
         dt = t - self._last_t
         throughput = (done - self._last_done) / dt if dt > 0 and self._last_t else None
@@ -146,7 +153,7 @@ class RuntimeTrace:
         ok, failed = counts.get(TaskStatus.SUCCESS, 0), counts.get(TaskStatus.FAILED, 0)
         return [
             counts.get(TaskStatus.PENDING, 0),
-            counts.get(TaskStatus.RUNNING, 0),
+            busy,
             self.runner.workers,
             sum(counts.values()),
             *(counts.get(s, 0) for s in _DONE),

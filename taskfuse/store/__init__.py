@@ -71,11 +71,13 @@ def bounded(store: Any, seconds: float) -> Iterator[None]:
         yield
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, read_only: bool = False) -> Store:
     """Open the store a URL names; raises StoreURLError with the URL redacted.
 
     The URL's secrets are remembered first, so no later output of this process (an error
     that quotes a piece of the password, a log line) shows them (store/redaction.py).
+    `read_only` (a watcher such as the fleet view): nothing is created or migrated, a store
+    that does not exist is an error, and the connections cannot write.
     """
     remember(url)
     scheme = urlsplit(url).scheme
@@ -86,11 +88,11 @@ def open_store(url: str) -> Store:
     if scheme == "sqlite":
         from taskfuse.store.sqlite import SQLiteStore
 
-        return SQLiteStore.from_url(url)
+        return SQLiteStore.from_url(url, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         from taskfuse.store.postgres import PostgresStore
 
-        return PostgresStore.from_url(url)
+        return PostgresStore.from_url(url, read_only=read_only)
     raise StoreURLError(
         f"unknown store URL scheme {scheme!r} in {redact_url(url)!r}: expected memory://, "
         "sqlite:///PATH or postgresql://..."

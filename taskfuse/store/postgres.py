@@ -247,6 +247,7 @@ class PostgresStore(NamedQueryReads):
         retry_for: float | None = None,
         connect_timeout: float = 10.0,
         application_name: str | None = None,
+        read_only: bool = False,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("postgresql", "postgres"):
@@ -281,6 +282,8 @@ class PostgresStore(NamedQueryReads):
             raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: expected a port number, "
                                 f"got {str(given['port'])!r}")
         extra_options = f"{given.get('options', '')} -c search_path={self.schema}".strip()
+        if read_only:  # a watcher: the server itself refuses every write of this store
+            extra_options += " -c default_transaction_read_only=on"
         self._conninfo = make_conninfo(
             libpq_url,
             options=extra_options,
@@ -293,7 +296,10 @@ class PostgresStore(NamedQueryReads):
         self._bound = threading.local()
         self._capped = True
         self._capped_until = 0.0
-        self._migrate(connect_timeout)
+        if read_only:
+            self._check_schema()
+        else:
+            self._migrate(connect_timeout)
         self.pool = ConnectionPool(
             self._conninfo,
             min_size=pool_min,
@@ -313,8 +319,8 @@ class PostgresStore(NamedQueryReads):
         self._listener = _Listener(self._conninfo, self._scrub)
 
     @classmethod
-    def from_url(cls, url: str) -> PostgresStore:
-        return cls(url)
+    def from_url(cls, url: str, read_only: bool = False) -> PostgresStore:
+        return cls(url, read_only=read_only)
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -801,3 +807,19 @@ class PostgresStore(NamedQueryReads):
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, schema={self.schema!r})"
+
+    def _check_schema(self) -> None:
+        """A read-only store must find its schema (it never creates one): refuse otherwise."""
+        try:
+            with psycopg.connect(self._conninfo) as conn:
+                found = conn.execute("SELECT to_regclass(%s)",
+                                     [f"{self.schema}.taskfuse_migrations"]).fetchone()
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL store {self.url!r}: {self._scrub(exc)}"
+            ) from None
+        except psycopg.ProgrammingError as exc:
+            raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: {self._scrub(exc)}") from None
+        if found is None or found[0] is None:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self.url!r} has no taskfuse schema {self.schema!r}")

@@ -115,6 +115,7 @@ class SQLiteStore(NamedQueryReads):
         synchronous: str = "FULL",
         busy_timeout_s: float = 30.0,
         poll_s: float = 0.05,
+        read_only: bool = False,
     ) -> None:
         sync = synchronous.upper()
         if sync not in _SYNC_MODES:
@@ -132,10 +133,15 @@ class SQLiteStore(NamedQueryReads):
         self._closed = False
         self._work = threading.Condition()
         self._work_gen = 0
-        self._migrate()
+        #: A watcher's store: connections open the file read-only and nothing is created.
+        self.read_only = read_only
+        if read_only:
+            self._check_schema()
+        else:
+            self._migrate()
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteStore:
+    def from_url(cls, url: str, read_only: bool = False) -> SQLiteStore:
         """``sqlite:///relative.db`` or ``sqlite:////abs/path.db``; options as query string."""
         parts = urlsplit(url)
         if parts.scheme != "sqlite" or parts.netloc or not parts.path.strip("/"):
@@ -154,7 +160,7 @@ class SQLiteStore(NamedQueryReads):
             raise StoreURLError(f"bad option in {redact_url(url)!r}: {exc}") from None
         if options:
             raise StoreURLError(f"unknown option(s) {sorted(options)!r} in {redact_url(url)!r}")
-        return cls(parts.path[1:], **kwargs)
+        return cls(parts.path[1:], read_only=read_only, **kwargs)
 
     # -- connections -----------------------------------------------------------------------
 
@@ -162,6 +168,8 @@ class SQLiteStore(NamedQueryReads):
         if self._closed:
             raise StoreError(f"SQLiteStore({self.path!r}) is closed")
         try:
+            if self.read_only:
+                return self._connect_read_only()
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout_s, isolation_level=None,
                 check_same_thread=False,
@@ -587,3 +595,23 @@ class SQLiteStore(NamedQueryReads):
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
 
+    # -- read-only opening (lab watch --store: a watcher never creates or changes a store) -----
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot write (``mode=ro``); raises sqlite3.Error."""
+        uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s,
+                               isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    def _check_schema(self) -> None:
+        """Refuse a file that holds no taskfuse store, instead of creating one in it."""
+        try:
+            self._conn().execute("SELECT max(version) FROM taskfuse_migrations").fetchone()
+        except sqlite3.Error as exc:
+            self.close()
+            raise StoreUnavailable(
+                f"SQLite file {self.path!r} holds no taskfuse store: {exc}") from None

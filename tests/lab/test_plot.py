@@ -7,6 +7,7 @@ import struct
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lab.cli import main
@@ -115,3 +116,79 @@ def test_a_missing_or_bad_trace_is_one_line_exit_2(tmp_path, capsys) -> None:
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and "no such trace file" in lines[0] and "not a taskfuse trace" in \
         lines[1]
+
+
+def test_an_output_in_no_directory_or_of_another_format_is_one_line_and_writes_nothing(
+        traces, tmp_path, capsys) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "x.png"
+    assert main(["plot", str(traces["incident"]), "-o", str(missing)]) == 2
+    assert not (tmp_path / "no").exists()  # never created
+    assert main(["plot", str(traces["incident"]), "-o", str(tmp_path / "x.gif")]) == 2
+    assert main(["plot", str(traces["incident"]), "-o", str(tmp_path / "x")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3
+    assert "no such directory" in lines[0]
+    assert ".gif" in lines[1] and ".png, .svg or .pdf" in lines[1]
+    assert "without an extension" in lines[2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _drawn(fig):
+    fig.draw_without_rendering()  # legends and texts get their final places
+    return fig
+
+
+def test_two_runs_keep_their_own_scale_where_one_would_flatten_the_other(traces) -> None:
+    from lab.plot import SHARE_RATIO, _load, draw_traces
+
+    runs = [_load(traces["incident"]), _load(traces["incident-fixed"])]
+    fig = _drawn(draw_traces(runs))
+    per_run = len(fig.axes) // 2
+    own = [ax.get_ylabel() for ax in fig.axes if any("own y scale" in t.get_text()
+                                                     for t in ax.texts)]
+    assert "DB pool\nconnections" in own  # 300 waiters in the incident, none in the fix
+    for k in range(per_run):
+        top, bottom = fig.axes[k], fig.axes[per_run + k]
+        peaks = [max((float(np.nanmax(np.asarray(ln.get_ydata(), float))) for ln in ax.lines
+                      if len(ln.get_ydata())), default=0.0) for ax in (top, bottom)]
+        if top.get_yscale() == "log" or min(peaks) <= 0:
+            continue
+        if max(peaks) <= SHARE_RATIO * min(peaks):
+            assert top.get_ylim() == bottom.get_ylim()  # alike: one scale, compare by eye
+        else:  # the smaller run fills at least half its panel: not drawn flat
+            for ax, peak in zip((top, bottom), peaks, strict=True):
+                assert peak >= 0.5 * ax.get_ylim()[1], ax.get_ylabel()
+                assert any("own y scale" in t.get_text() for t in ax.texts)
+
+
+def test_legends_stand_beside_their_panel_and_a_full_pool_shows_both_lines(traces) -> None:
+    from lab.plot import _load, draw_traces
+
+    fig = _drawn(draw_traces([_load(traces["incident"])]))
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        box = legend.get_window_extent()
+        assert box.x0 >= ax.get_window_extent().x1  # never over a spike
+    pools = next(ax for ax in fig.axes if "pool" in ax.get_ylabel())
+    by_label = {ln.get_label(): ln for ln in pools.lines}
+    size, in_use = by_label["shared size"], by_label["shared in use"]
+    assert in_use.get_zorder() > size.get_zorder() and size.get_alpha() < 1
+    assert size.get_linewidth() > in_use.get_linewidth()  # the size shows around in use
+
+
+def test_sweep_bands_of_counts_stay_at_or_above_zero() -> None:
+    from types import SimpleNamespace
+
+    from lab.plot import draw_sweep
+    from lab.sweep import Stat
+
+    rows = [SimpleNamespace(point=(w,), stats={"timeouts": Stat(1.0, 3.0, 0.0, 4.0, 3),
+                                               "delta": Stat(-1.0, 2.0, -3.0, 1.0, 3)})
+            for w in (2, 4, 8)]
+    fig = draw_sweep(["workers"], rows, ["timeouts", "delta"])
+    counts, delta = fig.axes[0], fig.axes[1]
+    band = counts.collections[0].get_paths()[0].vertices
+    assert band[:, 1].min() >= 0.0  # mean 1 ± 3, but no run ever saw fewer than 0
+    assert delta.collections[0].get_paths()[0].vertices[:, 1].min() == -3.0  # may go below

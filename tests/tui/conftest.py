@@ -25,6 +25,13 @@ def fixed(tmp_path_factory: pytest.TempPathFactory) -> Incident:
     return write_incident_trace(path, healthy=True)
 
 
+@pytest.fixture(scope="session")
+def skus(tmp_path_factory: pytest.TempPathFactory) -> Incident:
+    """The incident with the lab's kind of names: tasks `skus-N`, traces `sku-N`."""
+    path = tmp_path_factory.mktemp("traces") / "skus.trace"
+    return write_incident_trace(path, flush_every=400, task_id="skus-{}", trace_id="sku-{}")
+
+
 @pytest.fixture
 def trace_copy(tmp_path: Path, incident: Incident) -> Path:
     """A private copy of the incident trace that a test may cut or corrupt."""

@@ -7,20 +7,18 @@ applied, and `pilot.pause()` is used only where Textual needs a refresh after a 
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from textual.message import Message
 from textual.pilot import Pilot
-from textual.widget import Widget
 
 from taskfuse.trace import TraceWriter, read_trace
+from tests.tui.screen import screen_text, text_of
 from tests.tui.tracegen import Incident
 from tui.app import MonitorApp, create_app
-from tui.messages import CommandEntered, TaskChosen
+from tui.messages import CommandEntered, SearchChanged, TaskChosen
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
 from tui.screens.task_detail import TaskDetailScreen
@@ -28,6 +26,7 @@ from tui.screens.tasks import TasksScreen
 from tui.widgets.alerts import AlertPanel
 from tui.widgets.batches import BatchPanel
 from tui.widgets.business import BusinessPanel
+from tui.widgets.commandbar import CommandBar, FilterLine
 from tui.widgets.downstreams import DownstreamPanel
 from tui.widgets.history import HistoryView
 from tui.widgets.overview import OverviewPanel
@@ -51,14 +50,6 @@ def drive(app: MonitorApp, scenario: Scenario, size: tuple[int, int] = (80, 24),
 async def jump(pilot: Pilot[int], text: str) -> None:
     """Type `:TEXT<enter>` like a user would."""
     await pilot.press("colon", *text, "enter")
-
-
-def text_of(widget: Widget) -> str:
-    """What a widget shows, as plain text (its renderable printed at its own width)."""
-    console = Console(width=max(20, widget.content_size.width), file=io.StringIO(),
-                      color_system=None, record=True)
-    console.print(widget.render())
-    return console.export_text()
 
 
 def test_gateway_breaker_open_then_closed(incident: Incident) -> None:
@@ -126,7 +117,8 @@ def test_filter_search_and_drill_down(incident: Incident) -> None:
         await pilot.press("end", "t")
         assert isinstance(app.screen, TasksScreen)
         table = app.screen.query_one(TaskTable)
-        assert table.row_count == min(300, incident.n_tasks)
+        assert table.total == incident.n_tasks
+        assert 0 < table.row_count == table.page_rows < incident.n_tasks  # one window
         await pilot.press("4")  # FAILED
         assert app.screen.state == "FAILED"
         assert table.row_count == incident.final_counts["FAILED"]
@@ -143,7 +135,7 @@ def test_filter_search_and_drill_down(incident: Incident) -> None:
         await pilot.press("escape")
         assert isinstance(app.screen, TasksScreen)
         await pilot.press("escape")  # first esc clears the search
-        assert app.screen.query_text == "" and table.row_count > 1
+        assert app.screen.query_text == "" and table.total == incident.n_tasks
         await pilot.press("escape")
         assert isinstance(app.screen, DashboardScreen)
 
@@ -152,6 +144,106 @@ def test_filter_search_and_drill_down(incident: Incident) -> None:
     commands = [m for m in unique if isinstance(m, CommandEntered)]
     assert [(c.mode, c.text) for c in commands] == [("/", incident.task_ids[7])]
     assert [m.task_id for m in unique if isinstance(m, TaskChosen)] == [incident.task_ids[7]]
+
+
+def test_the_task_table_scrolls_through_every_task(incident: Incident) -> None:
+    """Down past the last row moves the window by one; pgdn by a page; G to the end: every
+    task of the run is reachable, each exactly once, newest change first."""
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("end", "t")
+        table = app.screen.query_one(TaskTable)
+        page = table.page_rows
+        seen: dict[int, str] = {}
+
+        def read() -> None:  # rows by their place in the whole selection
+            for k in range(table.row_count):
+                seen[table.first_row + k] = str(table.get_row_at(k)[0])
+
+        read()
+        await pilot.press(*["down"] * (page - 1))  # to the last row of the window
+        assert table.first_row == 0
+        await pilot.press("down")  # past it: the window moves one row
+        assert table.first_row == 1 and table.cursor_row == page - 1
+        read()
+        while table.first_row + table.row_count < table.total:
+            before = table.first_row
+            await pilot.press("pagedown")
+            assert table.first_row > before
+            read()
+        assert len(seen) == incident.n_tasks and sorted(seen) == list(range(incident.n_tasks))
+        assert sorted(seen.values()) == sorted(incident.task_ids)
+        header = str(app.screen.query_one("#task-filter").render())
+        page = table.page_rows  # a horizontal scrollbar (long reasons) takes a row
+        first = incident.n_tasks - page + 1
+        assert f"rows {first}-{incident.n_tasks} of {incident.n_tasks}" in header
+        await pilot.press("g")
+        assert table.first_row == 0 and table.cursor_row == 0
+        await pilot.press("G")
+        assert table.first_row == incident.n_tasks - page
+
+    drive(create_app(incident.path), scenario)
+
+
+def test_prompts_show_what_is_typed_and_find_ids(skus: Incident) -> None:
+    """The issue's test: `:skus-5` opens that task, `/sku-1` finds every task whose id or
+    trace id holds it (as you type), a miss says so, `?` lists the keys."""
+    seen: list[Message] = []
+    trace_hits = {t for t, tr in skus.trace_of.items() if "sku-1" in tr}
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("end", "colon", *"skus-5")
+        bar = app.screen.query_one(CommandBar)
+        assert bar.is_open and bar.entry.value == "skus-5"
+        assert screen_text(app).splitlines()[-2].startswith(" :skus-5")  # on screen, typed
+        await pilot.press("enter")
+        assert isinstance(app.screen, TaskDetailScreen) and app.screen.task_id == "skus-5"
+        await pilot.press("escape", "slash", *"sku-1")
+        assert isinstance(app.screen, TasksScreen) and app.screen.query_text == "sku-1"
+        table = app.screen.query_one(TaskTable)
+        assert table.total == len(trace_hits) > 1  # found while typing, before enter
+        info = str(app.screen.query_one("#prompt-info").render())
+        assert info.startswith(f"{len(trace_hits)} tasks")
+        assert screen_text(app).splitlines()[-2].startswith(" /sku-1 ")  # typed, on screen
+        assert not app.screen.query_one(FilterLine).display  # the prompt shows it for now
+        await pilot.press("enter")
+        listed = {str(table.get_row_at(k)[0]) for k in range(table.row_count)}
+        assert listed <= trace_hits
+        footer = app.screen.query_one(FilterLine)
+        assert footer.display and f"/sku-1  {len(trace_hits)} tasks" in str(footer.render())
+        await pilot.press("escape")  # esc clears the search
+        assert app.screen.query_text == "" and not footer.display
+        await pilot.press("slash", *"zzz")
+        assert table.row_count == 0
+        assert "no match" in str(app.screen.query_one("#prompt-info").render())
+        assert "/zzz: no match" in str(app.screen.query_one("#task-filter").render())
+        await pilot.press("escape")  # in the prompt: closes it and drops the search
+        assert app.screen.query_text == "" and table.total == skus.n_tasks
+        await pilot.press("slash", *"sku-1", "enter", "d", "t")
+        assert app.screen.query_text == ""  # a search does not linger after leaving
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        help_text = screen_text(app)
+        for key in ("space", "home end", ":90 :1:30", "/", "0-6 s", "g G", "esc", "q"):
+            assert key in help_text, key
+
+    drive(create_app(skus.path), scenario, hook=seen.append)
+    unique = list({id(m): m for m in seen}.values())
+    typed = [m.text for m in unique if isinstance(m, SearchChanged)]
+    assert typed[:5] == ["s", "sk", "sku", "sku-", "sku-1"]  # one search per keystroke
+    first = next(c for c in unique if isinstance(c, CommandEntered))
+    assert (first.mode, first.text) == (":", "skus-5")
+
+
+def test_a_part_of_ids_from_the_jump_prompt_opens_the_table(skus: Incident) -> None:
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("end")
+        await jump(pilot, "kus-29")  # skus-29, skus-290..299: several tasks
+        assert isinstance(app.screen, TasksScreen) and app.screen.query_text == "kus-29"
+        await jump(pilot, "nothing-like-it")
+        assert isinstance(app.screen, TasksScreen)  # only a warning
+
+    drive(create_app(skus.path), scenario)
 
 
 def test_search_by_trace_id_from_the_dashboard(incident: Incident) -> None:
@@ -303,3 +395,108 @@ def test_the_lab_incident_shows_the_gateway_breaker(lab_incident: Path) -> None:
         assert "gateway CLOSED" in text_of(biz)
 
     drive(create_app(lab_incident), scenario)
+
+
+def test_counts_say_loading_until_they_are_final(incident: Incident) -> None:
+    """While event frames are still being decoded, the task view's counts are lower bounds:
+    `≥` and "loading N%", never a number that looks final."""
+    import threading
+
+    app = create_app(incident.path)
+    decode, calls = app.source.decode_next, [0]
+    reached, release = threading.Event(), threading.Event()
+
+    def gated() -> object:  # two frames go through, then loading waits for the test
+        calls[0] += 1
+        if calls[0] == 3:
+            reached.set()
+            release.wait(30)
+        return decode()
+
+    app.source.decode_next = gated  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            assert await asyncio.to_thread(reached.wait, 30)
+            await pilot.pause()
+            app.seek(incident.t_end)
+            await pilot.press("t")
+            header = str(app.screen.query_one("#task-filter").render())
+            assert "all ≥" in header and "loading" in header and "counts only grow" in header
+            loaded = app.model.loaded
+            assert 0 < loaded < 1
+            assert f"loading {loaded:.0%}" in text_of(app.screen.query_one(TimeBar))
+            release.set()
+            await app.wait_idle()
+            await pilot.pause()
+            header = str(app.screen.query_one("#task-filter").render())
+            assert "≥" not in header and "loading" not in header
+            assert f"all {incident.n_tasks}" in header
+
+    asyncio.run(main())
+
+
+def test_live_pause_and_play_are_one_indicator(tmp_path: Path) -> None:
+    """A followed run: LIVE rides the end; space pauses (the cursor stays while the run
+    grows); space plays from there and is LIVE again once it reaches the end."""
+    path = tmp_path / "live.trace"
+    writer = TraceWriter(path, _live_header(), flush_every=5)
+    for k in range(3):
+        writer.sample(float(k), [k, 1, 4, 0])
+    writer.flush()
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        bar = app.screen.query_one(TimeBar)
+        assert app.live and text_of(bar).startswith("● LIVE")
+        await pilot.press("space")
+        assert not app.live and not app.playing and text_of(bar).startswith("⏸ x1")
+        for k in range(3, 20):
+            writer.sample(float(k), [k, 1, 4, 0])
+        writer.flush()
+        app.poll_now()
+        await app.wait_idle()
+        await pilot.pause()
+        assert app.t == 2.0  # paused: the cursor stays
+        assert "following, 17s behind" in text_of(bar)
+        await pilot.press("space")
+        assert app.playing and text_of(bar).startswith("▶ x1")
+        before = app.t  # the frame timer may have moved it a frame already
+        app.advance(5.0)
+        assert app.t == pytest.approx(before + 5.0) and app.playing
+        app.advance(100.0)  # reaches the end of what is written: LIVE again
+        await pilot.pause()
+        assert app.live and not app.playing and app.t == 19.0
+        assert text_of(bar).startswith("● LIVE")
+
+    drive(create_app(path, follow=True, poll_s=3600), scenario)
+
+
+def test_following_an_idle_file_reads_nothing(tmp_path: Path) -> None:
+    """The follow timer only stats the file: no read, no redraw while it does not change,
+    and it checks less and less often (1.5x per idle check, up to POLL_MAX_S)."""
+    from tui.app import POLL_MAX_S
+
+    path = tmp_path / "idle.trace"
+    writer = TraceWriter(path, _live_header(), flush_every=5)
+    writer.sample(0.0, [1, 1, 4, 0])
+    writer.flush()
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        reads = app.polls
+        for _ in range(20):
+            assert app.poll_now() is False
+        assert app.polls == reads
+        delays = []
+        app._poll_delay = app.poll_s  # the real timer may have backed off once already
+        for _ in range(12):  # no await in here: the real timer cannot interleave
+            app._poll_tick()
+            delays.append(app._poll_delay)
+        assert delays[0] == pytest.approx(0.375) and delays[-1] == POLL_MAX_S
+        writer.sample(1.0, [2, 1, 4, 0])
+        writer.flush()
+        app._poll_tick()  # changed: read at once, and back to the short interval
+        await app.wait_idle()
+        assert app.polls == reads + 1 and app._poll_delay == app.poll_s
+        assert app.model.span[1] == 1.0
+
+    drive(create_app(path, follow=True), scenario)

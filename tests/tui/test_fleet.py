@@ -1,5 +1,6 @@
 """The fleet view (`lab watch --store URL`): Pilot drives it over real stores that change
-between polls. Polls are started by the test (`poll_now` + `wait_idle`), never by sleeping."""
+between polls. Polls and lookups are started by the test and awaited with `wait_idle` (every
+answer the poller thread posted has been applied), never by sleeping."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from textual.pilot import Pilot
 
 from lab.cli import main as lab_main
 from taskfuse.core.scheduler import Scheduler, Work
-from taskfuse.core.task import Outcome, TaskSpec
-from taskfuse.store import open_store
+from taskfuse.core.task import Batch, Outcome, TaskSpec
+from taskfuse.store import StoreError, open_store
 from tests.tui.test_app_pilot import text_of
 from tui.fleet_app import FleetApp, open_fleet
-from tui.screens.fleet import FleetScreen, FleetTaskScreen
+from tui.screens.fleet import FleetScreen
+from tui.screens.fleet_task import FleetTaskScreen
 from tui.widgets.batches import BatchPanel
 from tui.widgets.fleet import FleetBar, RunningTable, StatesPanel
 from tui.widgets.overview import OverviewPanel
@@ -85,7 +87,7 @@ def check_live_board(url: str, clock: Clock) -> None:
         assert "PENDING 2" in states and "RUNNING 2" in states and "SUCCESS 1" in states
         table = s.query_one(RunningTable)
         assert table.row_count == 2
-        assert {str(table.get_row(k)[6]) for k in ("t1", "t2")} == {"w-1", "w-2"}
+        assert {str(table.get_row(k)[3]) for k in ("t1", "t2")} == {"w-1", "w-2"}
         batches = text_of(s.query_one(BatchPanel))
         assert "b1" in batches and "RUNNING" in batches and "20%" in batches
         assert "queue 2" in text_of(s.query_one(OverviewPanel))
@@ -110,7 +112,7 @@ def check_live_board(url: str, clock: Clock) -> None:
 
         # lookup by trace_id shows the task's record, esc goes back
         await pilot.press("slash", *"tr4", "enter")
-        await app.workers.wait_for_complete()
+        await app.wait_idle()
         await pilot.pause()
         assert isinstance(app.screen, FleetTaskScreen)
         assert app.screen.found[0][2] == ("state", "FAILED")
@@ -140,9 +142,9 @@ def test_running_tasks_show_their_age_and_a_lost_store_is_shown_not_raised(
         clock.t += 75
         await poll(app, pilot)
         row = board(app).query_one(RunningTable).get_row("t1")
-        assert str(row[2]) == "1:15.0"  # age of a task claimed 75 s ago
+        assert str(row[1]) == "1:15.0"  # age of a task claimed 75 s ago
         await pilot.press("enter")  # on the RUNNING table: look the highlighted task up
-        await app.workers.wait_for_complete()
+        await app.wait_idle()
         await pilot.pause()
         assert isinstance(app.screen, FleetTaskScreen)
         assert dict(app.screen.found[0])["worker"] in ("w-1", "w-2")
@@ -204,3 +206,143 @@ def test_watch_needs_exactly_one_of_a_trace_and_a_store(
             lab_main(argv)
         assert exit_.value.code == 2
     capsys.readouterr()
+
+
+# -- the worker view, p99, help, history, read-only ------------------------------------------
+
+
+def _fleet_board(url: str, tmp_path: Path) -> None:
+    """Workers, per-batch p99 and the PENDING label, read from a real store."""
+    from tests.tui.fleetgen import NOW, PROCESSES, THREADS, fill_fleet
+    from tui.screens.fleet_workers import FleetWorkersScreen
+    from tui.widgets.fleet import WorkersSummary, WorkersTable
+
+    writer = open_store(url)
+    facts = fill_fleet(writer)
+    app = open_fleet(url, poll_s=3600, clock=lambda: NOW)
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        s = board(app)
+        batches = text_of(s.query_one(BatchPanel))
+        assert f"p99 {facts.p99['nightly']:.1f}s" in batches, batches
+        assert "backfill" in batches and "PENDING" in batches  # queued, nothing started
+        assert "RUNNING" in batches.split("skus")[1].splitlines()[0]
+        summary = text_of(s.query_one(WorkersSummary))
+        assert f"{len(PROCESSES)} processes" in summary
+        assert f"{len(PROCESSES) * THREADS} live threads" in summary
+        assert f"run {facts.running}/{len(PROCESSES) * THREADS}" in text_of(
+            s.query_one(OverviewPanel))
+        await pilot.press("w")
+        await app.wait_idle()
+        await pilot.pause()
+        assert isinstance(app.screen, FleetWorkersScreen)
+        table = app.screen.query_one(WorkersTable)
+        rows = {str(table.get_row(p)[0]): [str(c) for c in table.get_row(p)] for p in PROCESSES}
+        for process in PROCESSES:
+            _, threads, busy, heartbeat, _, done, errors = rows[process]
+            assert threads == str(THREADS) and busy == str(THREADS)
+            assert heartbeat == "3s ago"
+            assert done == str(facts.done_by[process])
+            assert errors == str(facts.errors_by[process])
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        writer.close()  # type: ignore[attr-defined]
+
+
+def test_workers_p99_and_queued_batches_from_sqlite(tmp_path: Path) -> None:
+    _fleet_board(f"sqlite:///{tmp_path / 'fleet.db'}", tmp_path)
+
+
+def test_workers_p99_and_queued_batches_from_postgres(tmp_path: Path) -> None:
+    from tests.store.backends import drop_schema, need_pg, new_schema, pg_url
+
+    need_pg()
+    schema = new_schema()
+    try:
+        _fleet_board(pg_url(schema), tmp_path)
+    finally:
+        drop_schema(schema)
+
+
+def test_help_and_a_task_history_that_grows_while_watched(tmp_path: Path) -> None:
+    from tui.screens.help import HelpScreen
+
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    app = open_fleet(url, poll_s=3600, clock=clock)
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("colon", *"help", "enter")
+        assert isinstance(app.screen, HelpScreen)  # not "no task or trace 'help'"
+        await pilot.press("escape")
+        await pilot.press("colon", *"t1", "enter")
+        await app.wait_idle()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FleetTaskScreen)
+        before = [h.what for h in screen.watched.history("t1")]
+        assert before[0] == "submitted" and any("started on w-1" in w for w in before)
+        clock.t += 12
+        running = sched.store.get("t1")
+        assert running is not None
+        sched.complete(running, Outcome(False, error_kind="fatal", error_msg="bad sku"), clock())
+        await poll(app, pilot)  # the watched task is read again with the poll
+        after = screen.watched.history("t1")
+        seen = [h for h in after if h.seen]
+        assert len(seen) == 1 and seen[0].what.startswith("RUNNING -> FAILED")
+        assert seen[0].t == clock.t
+        assert any(h.what == "ended FAILED: fatal: bad sku" for h in after)
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_watching_creates_nothing_and_cannot_write(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that is no store stays untouched; a real store is opened read-only."""
+    import sqlite3
+
+    blank = tmp_path / "blank.db"
+    sqlite3.connect(blank).close()  # an empty SQLite file: no taskfuse tables
+    assert lab_main(["watch", "--store", f"sqlite:///{blank}"]) == 2
+    assert "holds no taskfuse store" in capsys.readouterr().err
+    with sqlite3.connect(blank) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    sched = fill(url, Clock())
+    app = open_fleet(url)
+    try:
+        with pytest.raises((StoreError, sqlite3.Error), match=r"readonly|read-only"):
+            app.store.put_batch(Batch("b-new", None, NOW))  # type: ignore[attr-defined]
+        assert sched.store.get_batch("b-new") is None
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_watching_a_postgres_schema_that_does_not_exist_creates_none(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.store.backends import need_pg, new_schema, pg_url
+
+    need_pg()
+    import psycopg
+
+    schema = new_schema()
+    assert lab_main(["watch", "--store", pg_url(schema)]) == 2
+    assert f"no taskfuse schema {schema!r}" in capsys.readouterr().err
+    with psycopg.connect(PG_URL) as conn:
+        found = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s",
+                             [schema]).fetchone()
+    assert found == (0,)

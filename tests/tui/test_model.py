@@ -9,6 +9,8 @@ import pytest
 
 from taskfuse.trace import read_trace
 from tests.tui.tracegen import Incident
+from tui.commands import parse_command, parse_time
+from tui.fmt import fmt_alert_value, fmt_num, fmt_t, fmt_wait
 from tui.model import (
     SPEEDS,
     BatchRow,
@@ -17,10 +19,7 @@ from tui.model import (
     TraceModel,
     bars,
     fit,
-    fmt_t,
     next_speed,
-    parse_command,
-    parse_time,
     seek_step,
     snap_speed,
 )
@@ -88,14 +87,31 @@ def test_parse_time(text: str, expected: float | None) -> None:
     assert parse_time(text, now=50.0, span=(0.0, 100.0)) == expected
 
 
-def test_parse_command_views_times_tasks_and_errors() -> None:
+def test_parse_command_views_times_and_tasks() -> None:
     span = (0.0, 100.0)
     assert parse_command("tasks", 0, span).view == "tasks"
     assert parse_command("dash", 0, span).view == "dashboard"
+    assert parse_command("help", 0, span).view == "help"
     assert parse_command("end", 0, span).t == 100.0
     assert parse_command("task t0000001", 0, span).task == "t0000001"
     assert parse_command("q", 0, span).quit
-    assert "not a view or a time" in (parse_command("zzz", 0, span).error or "")
+    assert parse_command("  ", 0, span).empty
+    # anything that is no view and no time is a task lookup: the app resolves it
+    assert parse_command("skus-5", 0, span).task == "skus-5"
+    assert parse_command("-5", 50, span).t == 45.0  # a relative time wins over an id
+
+
+def test_number_formats_say_exactly_what_the_trace_carries() -> None:
+    assert [fmt_num(x) for x in (812, 1346, 22_549, 225_000, 1_000_000)] == [
+        "812", "1346", "22.5k", "225k", "1.00M"]
+    assert [fmt_wait(x) for x in (0.2, 9.0, 125, 3720)] == ["1s", "9s", "2m05s", "1h02m"]
+    assert fmt_alert_value("success_rate_low", 0.62) == "62.0%"
+    assert fmt_alert_value("p99_above_history", 3.78689) == "x3.8"
+    assert fmt_alert_value("TaskfuseP99AboveHistory", 12.5) == "x12"
+    assert fmt_alert_value("queue_depth_high", 812.0) == "812"
+    assert fmt_alert_value("queue_depth_high", 812.25) == "812"
+    assert fmt_alert_value("custom", 0.123456) == "0.123"
+    assert fmt_alert_value("custom", None) == "–"
 
 
 def test_speed_ladder_and_seek_step() -> None:
@@ -117,7 +133,23 @@ def test_batch_row_status_and_progress() -> None:
     row = BatchRow("b1", {"SUCCESS": 8, "FAILED": 2, "PENDING": 0}, 1.5)
     assert row.total == 10 and row.finished == 10
     assert row.status is not None and row.status.value == "PARTIAL_SUCCESS"
+    assert row.label == "PARTIAL_SUCCESS"
     assert BatchRow("b2", {}, None).status is None
+    assert BatchRow("b2", {}, None).label == "EMPTY"
+    # nothing started yet: the core says RUNNING (work remains), the monitor PENDING
+    queued = BatchRow("b3", {"PENDING": 5, "CANCELED": 1}, None)
+    assert queued.status is not None and queued.status.value == "RUNNING"
+    assert queued.label == "PENDING"
+    assert BatchRow("b4", {"PENDING": 5, "RUNNING": 1}, None).label == "RUNNING"
+
+
+def test_meta_titles_a_simulation_and_a_real_worker() -> None:
+    lab = Meta.from_header({"source": "lab", "scenario": "incident", "seed": 7})
+    assert lab.title == "incident seed=7"
+    real = Meta.from_header({"source": "runtime", "scenario": "sync", "seed": None,
+                             "meta": {"worker_id": "host:4242"}})
+    assert real.title == "sync on host:4242"
+    assert "None" not in Meta.from_header({"source": "runtime"}).title
 
 
 def test_meta_derives_names_from_series_when_meta_is_missing() -> None:
@@ -141,6 +173,9 @@ def _model(inc: Incident) -> TraceModel:
 def test_snapshot_follows_the_gateway_breaker(incident: Incident) -> None:
     model = _model(incident)
     before = model.snapshot(incident.gateway_open - 2)
+    # the gateway has no reopen_in series: its time to half-open comes from the next event
+    assert model.snapshot(incident.gateway_open + 1).business.reopen_in == pytest.approx(
+        incident.gateway_half_open - incident.gateway_open - 1)
     during = model.snapshot(incident.gateway_open + 1)
     after = model.snapshot(incident.gateway_closed + 1)
     assert before.business.breaker == "closed"

@@ -1,7 +1,8 @@
-"""SVG snapshots of the main screens: purpose-built app states, a fixed trace, a fixed size.
+"""SVG snapshots of every screen at 80x24 and 120x40: purpose-built apps, fixed traces and a
+fixed store, fixed sizes.
 
 Regenerate after an intended change with `pytest tests/tui/test_snapshots.py
---snapshot-update` and review the SVGs in the diff.
+--snapshot-update` and review the SVGs in the diff (they open in a browser).
 """
 
 from __future__ import annotations
@@ -9,12 +10,28 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
+from textual.app import App
 from textual.pilot import Pilot
 
+from taskfuse.store.memory import MemoryStore
+from tests.tui.fleetgen import NOW, fill_fleet
 from tests.tui.tracegen import Incident, write_incident_trace
 from tui.app import MonitorApp, create_app
+from tui.fleet_app import FleetApp
 
 Compare = Callable[..., bool]
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+#: Each screen: the keys that lead to it from the dashboard at the gateway's open spell.
+SCREENS = {
+    "dashboard": (),
+    "tasks": ("t",),
+    "task_detail": ("colon", *"skus-5", "enter"),
+    "help": ("question_mark",),
+    "prompt_typed": ("colon", *"1:30"),
+    "search_match": ("slash", *"sku-1"),
+    "search_no_match": ("slash", *"sku-zz"),
+}
 
 
 def _at(t: float, *keys: str) -> Callable[[Pilot[int]], Awaitable[None]]:
@@ -30,10 +47,36 @@ def _at(t: float, *keys: str) -> Callable[[Pilot[int]], Awaitable[None]]:
     return run_before
 
 
-def test_incident_dashboard_while_the_gateway_is_open(snap_compare: Compare,
-                                                      incident: Incident) -> None:
-    app = create_app(incident.path)
-    assert snap_compare(app, terminal_size=(80, 24), run_before=_at(incident.gateway_open + 1))
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_monitor(snap_compare: Compare, skus: Incident, screen: str,
+                 size: tuple[int, int]) -> None:
+    theme = "light" if screen == "dashboard" and size == (120, 40) else None
+    app = create_app(skus.path, theme=theme)
+    assert snap_compare(app, terminal_size=size,
+                        run_before=_at(skus.gateway_open + 1, *SCREENS[screen]))
+
+
+def _fleet() -> FleetApp:
+    store = MemoryStore()
+    fill_fleet(store)
+    return FleetApp(store, "postgresql://ops:secret@db.internal:5432/tasks?schema=taskfuse",
+                    poll_s=3600, clock=lambda: NOW)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("keys", [pytest.param((), id="board"),
+                                  pytest.param(("w",), id="workers")])
+def test_fleet(snap_compare: Compare, keys: tuple[str, ...], size: tuple[int, int]) -> None:
+    async def run_before(pilot: Pilot[int]) -> None:
+        app = pilot.app
+        assert isinstance(app, FleetApp)
+        await app.wait_idle()
+        await pilot.press(*keys)
+        await app.wait_idle()
+        await pilot.pause()
+
+    assert snap_compare(_fleet(), terminal_size=size, run_before=run_before)
 
 
 def test_fixed_run_dashboard_at_the_same_time(snap_compare: Compare, incident: Incident,
@@ -42,21 +85,11 @@ def test_fixed_run_dashboard_at_the_same_time(snap_compare: Compare, incident: I
     assert snap_compare(app, terminal_size=(80, 24), run_before=_at(incident.gateway_open + 1))
 
 
-def test_incident_dashboard_large_light(snap_compare: Compare, incident: Incident) -> None:
-    app = create_app(incident.path, theme="light")
-    assert snap_compare(app, terminal_size=(120, 36), run_before=_at(incident.partner_open + 2))
-
-
-def test_task_table_filtered_to_failed(snap_compare: Compare, incident: Incident) -> None:
-    app = create_app(incident.path)
-    assert snap_compare(app, terminal_size=(100, 24), run_before=_at(incident.t_end, "t", "4"))
-
-
 def test_follow_view_stalled(snap_compare: Compare, tmp_path: Path) -> None:
     """A followed run that stopped growing: the time bar says so instead of freezing."""
     live = write_incident_trace(tmp_path / "live.trace", complete=False)  # no footer yet
     now = [0.0]
-    app = create_app(live.path, follow=True, clock=lambda: now[0], poll_s=3600)
+    app: App[int] = create_app(live.path, follow=True, clock=lambda: now[0], poll_s=3600)
 
     async def run_before(pilot: Pilot[int]) -> None:
         assert isinstance(pilot.app, MonitorApp)

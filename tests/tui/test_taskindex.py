@@ -111,3 +111,20 @@ def test_a_chunk_out_of_order_is_sorted_on_decoding() -> None:
     ix.extend(chunk)
     assert ix.counts_at(1.5)["PENDING"] == 1
     assert np.array_equal(ix.find("a"), [1])  # codes follow first appearance in the file
+
+
+def test_every_row_names_its_trace_and_batch_though_only_submits_carry_them(
+        lab_incident) -> None:
+    """The lab writes trace_id on SUBMIT events only; RUNNING and SUCCESS rows (from MOVE
+    events) still show the task's trace and batch."""
+    tr = read_trace(lab_incident)
+    moves = [e for e in tr.events(kind="move") if e.dst in ("RUNNING", "SUCCESS")]
+    assert moves and all(e.trace_id is None for e in moves)  # the premise
+    ix = TaskIndex()
+    dec = Decoder()
+    ix.extend(dec.decode(tr.event_columns))
+    submits = {e.task_id: e.trace_id for e in tr.events(kind="submit")}
+    for state, t in (("RUNNING", 100.0), ("SUCCESS", 200.0)):
+        rows, total = ix.tasks_at(t, state, limit=50)
+        assert total and rows
+        assert all(r.trace_id == submits[r.task_id] and r.batch_id == "skus" for r in rows)

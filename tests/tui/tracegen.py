@@ -77,11 +77,11 @@ class _Events:
 
 
 def _simulate(n: int, workers: int, rng: np.random.Generator, story: dict[str, float],
-              batches: tuple[str, ...], ev: _Events) -> dict[str, int]:
+              batches: tuple[str, ...], ev: _Events, ids: list[str], trace_id: str
+              ) -> dict[str, int]:
     """Run the queue; add every task event to `ev`; return final counts by state."""
     per_batch = math.ceil(n / len(batches))
     stagger = story["stagger"]
-    ids = [f"t{i:07d}" for i in range(n)]
     batch_of = [batches[i // per_batch] for i in range(n)]
     group = np.cumsum(rng.integers(1, 4, n)) // 2  # 1..3 tasks share a trace id (a SKU)
     durations = rng.lognormal(math.log(story["mean"]), 0.35, n)
@@ -92,7 +92,7 @@ def _simulate(n: int, workers: int, rng: np.random.Generator, story: dict[str, f
     ready: list[tuple[float, int, int, int]] = []  # (ready at, seq, task, attempt)
     for i in range(n):
         t_sub = batches.index(batch_of[i]) * stagger
-        trace = f"tr-{group[i]:07d}"
+        trace = trace_id.format(group[i])
         ev.add(t_sub, "submit", ids[i], batch_of[i], trace, None, "PENDING", None, 1)
         if i in canceled:
             ev.add(t_sub + 5.0, "move", ids[i], batch_of[i], trace, "PENDING", "CANCELED",
@@ -107,7 +107,7 @@ def _simulate(n: int, workers: int, rng: np.random.Generator, story: dict[str, f
         t_ready, _, i, attempt = heapq.heappop(ready)
         t_free, w = heapq.heappop(free)
         start = max(t_ready, t_free)
-        trace = f"tr-{group[i]:07d}"
+        trace = trace_id.format(group[i])
         b, tid, wid = batch_of[i], ids[i], f"w{w:03d}"
         ev.add(start, "move", tid, b, trace, "PENDING", "RUNNING", "claim", attempt, wid)
         bad = bad_from <= start < bad_to
@@ -275,13 +275,17 @@ def write_incident_trace(
     flush_every: int = 20_000,
     complete: bool = True,
     healthy: bool = False,
+    task_id: str = "t{:07d}",
+    trace_id: str = "tr-{:07d}",
 ) -> Incident:
-    """Write an incident-shaped trace to `path` and return its known facts."""
+    """Write an incident-shaped trace to `path` and return its known facts. `task_id` and
+    `trace_id` format the ids from a task's index and its trace's (1-3 tasks share one)."""
     rng = np.random.default_rng(seed)
     batches = tuple(f"b{i + 1}" for i in range(n_batches))
     s = _story(n_tasks, workers, mean_s, n_batches, healthy)
     ev = _Events()
-    counts = _simulate(n_tasks, workers, rng, s, batches, ev)
+    ids = [task_id.format(i) for i in range(n_tasks)]
+    counts = _simulate(n_tasks, workers, rng, s, batches, ev, ids, trace_id)
     _breaker_events(ev, s)
     for rule, fired, resolved, value in _alerts(s):
         ev.add(fired, "alert", dst="firing", subject=rule, value=value)

@@ -1,4 +1,5 @@
-"""What every monitor screen shares: the time bar on top, the prompt and the key footer below.
+"""What every monitor screen shares: the time bar on top; the prompt, the active search and
+the key footer below.
 
 The app gives each screen the model once (data down) and then only sets `t` and `info`;
 a screen turns those into its widgets' attributes in `show()`, so widgets stay renderers.
@@ -7,17 +8,23 @@ a screen turns those into its widgets' attributes in `show()`, so widgets stay r
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
 from tui.model import PlayInfo, TraceModel
-from tui.widgets.commandbar import CommandBar
+from tui.widgets.commandbar import CommandBar, FilterLine
 from tui.widgets.timebar import TimeBar
 
 
 class MonitorScreen(Screen[None]):
     """A screen that follows the app's time cursor."""
+
+    DEFAULT_CSS = """
+    #bottom { dock: bottom; height: auto; }
+    #bottom > Footer { dock: none; }
+    """
 
     t: reactive[float] = reactive(0.0, init=False)
     info: reactive[PlayInfo | None] = reactive(None, init=False)
@@ -29,8 +36,10 @@ class MonitorScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield TimeBar()
         yield from self.compose_body()
-        yield CommandBar()
-        yield Footer()
+        with Vertical(id="bottom"):  # docked together: docks on one edge would overlap
+            yield CommandBar()
+            yield FilterLine()
+            yield Footer(compact=True)
 
     def compose_body(self) -> ComposeResult:
         yield from ()

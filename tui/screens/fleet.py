@@ -1,39 +1,31 @@
-"""The fleet view's screens: the live board of a whole store, and one looked-up task.
+"""The fleet view's board: queue and running over the last polls, counts by state, the
+workers in brief, every batch with its p99, and the RUNNING tasks.
 
-The app owns the data and sets `model` polls and `status` on the board; the board only
-pushes them into its widgets, like the trace monitor's screens do.
+The app owns the data and calls `show(status)` after every poll; screens only push it into
+their widgets, like the trace monitor's screens do. `FleetBase` is what the fleet's screens
+share: the status line on top, the prompt and the key footer below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
-
-from rich.table import Table
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from tui.fleet import FleetModel, running_rows
 from tui.widgets.batches import BatchPanel
 from tui.widgets.commandbar import CommandBar
-from tui.widgets.fleet import FleetBar, FleetStatus, RunningTable, StatesPanel
+from tui.widgets.fleet import FleetBar, FleetStatus, RunningTable, StatesPanel, WorkersSummary
 from tui.widgets.overview import OverviewPanel
 
 
-class FleetScreen(Screen[None]):
-    """Left: queue and running over time, counts by state. Right: the RUNNING tasks.
-    Below, full width so each batch's status fits: per-batch progress."""
+class FleetBase(Screen[None]):
+    """Status line, body, prompt, footer."""
 
-    AUTO_FOCUS = "RunningTable"
     DEFAULT_CSS = """
-    #fleet { height: 1fr; }
-    .fleet-col { width: 1fr; height: 1fr; }
-    StatesPanel { border: round $primary 50%; border-title-color: $text-primary; padding: 0 1; }
-    RunningTable { height: 1fr; }
-    FleetScreen BatchPanel { max-height: 40%; overflow-y: auto; }
+    FleetBase #bottom { dock: bottom; height: auto; }
+    FleetBase #bottom > Footer { dock: none; }
     """
 
     def __init__(self, model: FleetModel) -> None:
@@ -42,53 +34,65 @@ class FleetScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield FleetBar()
-        with Horizontal(id="fleet"):
-            with Vertical(classes="fleet-col"):
-                yield OverviewPanel()
-                yield StatesPanel()
-            yield RunningTable(classes="fleet-col")
-        yield BatchPanel()
-        yield CommandBar()
-        yield Footer()
+        yield from self.compose_body()
+        with Vertical(id="bottom"):
+            yield CommandBar()
+            yield Footer(compact=True)
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
 
     def show(self, status: FleetStatus) -> None:
         """Push the latest poll (and the source's health) down into the widgets."""
-        if not self.is_mounted:
-            return
-        self.query_one(FleetBar).status = status
-        latest = self.model.latest
-        if latest is None:
-            return
-        self.query_one(OverviewPanel).data = self.model.overview()
-        self.query_one(StatesPanel).counts = latest.counts
-        self.query_one(BatchPanel).rows = latest.batches
-        self.query_one(RunningTable).show(running_rows(latest))
+        if self.is_mounted:
+            self.query_one(FleetBar).status = status
+            self.show_body()
+
+    def show_body(self) -> None:
+        """Push the model's latest poll into this screen's own widgets."""
 
     def open_prompt(self, mode: str, text: str = "") -> None:
         self.query_one(CommandBar).open(mode, text)
 
 
-class FleetTaskScreen(Screen[None]):
-    """The tasks a lookup found (a trace_id may name several), as the store has them now."""
+class FleetScreen(FleetBase):
+    """Top: queue and running over time | counts by state and the workers in brief. Then
+    every batch, full width so its status and p99 fit; then the RUNNING tasks."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "back")]
+    AUTO_FOCUS = "RunningTable"
+    DEFAULT_CSS = """
+    #fleet-top { height: 2fr; min-height: 8; }
+    #fleet-top > OverviewPanel { width: 1fr; height: 1fr; }
+    #fleet-side { width: 1fr; height: auto; }
+    RunningTable { height: 3fr; min-height: 4; border: round $primary 50%;
+                   border-title-color: $text-primary; }
+    """
 
-    def __init__(self, query: str, found: Sequence[list[tuple[str, str]]]) -> None:
-        super().__init__()
-        self.query_text = query
-        self.found = list(found)
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="history-scroll"):
-            for lines in self.found:
-                table = Table(box=None, show_header=False, padding=(0, 2))
-                table.add_column(style="bold")
-                table.add_column()
-                for label, value in lines:
-                    table.add_row(label, value)
-                yield Static(table, classes="fleet-task")
-        yield Footer()
+    def compose_body(self) -> ComposeResult:
+        with Horizontal(id="fleet-top"):
+            yield OverviewPanel()
+            with Vertical(id="fleet-side"):
+                yield StatesPanel()
+                yield WorkersSummary()
+        yield BatchPanel()
+        yield RunningTable()
 
     def on_mount(self) -> None:
-        n = len(self.found)
-        self.title = f"{self.query_text}: {n} task{'s' if n != 1 else ''}"
+        self.query_one(OverviewPanel).border_title = "queue · running (10 min)"
+
+    def on_resize(self) -> None:
+        self.query_one(BatchPanel).max_lines = max(2, (self.size.height - 12) // 3)
+
+    def show_body(self) -> None:
+        latest = self.model.latest
+        if latest is None:
+            return
+        self.query_one(OverviewPanel).data = self.model.overview()
+        self.query_one(StatesPanel).counts = latest.counts
+        summary = self.query_one(WorkersSummary)
+        summary.now, summary.threads, summary.rows = (
+            latest.t, self.model.threads, self.model.workers)
+        self.query_one(BatchPanel).rows = latest.batches
+        table = self.query_one(RunningTable)
+        table.border_title = f"running {len(latest.running)}"
+        table.show(running_rows(latest))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 
 from tui.model import TraceModel
@@ -14,6 +17,7 @@ class TaskDetailScreen(MonitorScreen):
     """Esc goes back to the table; the cursor still moves the history (future events hide)."""
 
     AUTO_FOCUS = "#history-scroll"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.back", "back")]
 
     def __init__(self, model: TraceModel, task_id: str) -> None:
         super().__init__(model)

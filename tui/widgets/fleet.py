@@ -1,23 +1,22 @@
-"""The few pieces only the fleet view needs: its status line, counts by state, and the
-RUNNING table (the trace monitor's task table with an age column instead of a time)."""
+"""The few pieces only the fleet view needs: its status line, counts by state, the workers
+in brief and in full, and the RUNNING table (the task table with an age column)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
-from textual.events import Mount
 from textual.reactive import reactive
+from textual.widgets import DataTable
 
-from tui.model import fmt_num
-from tui.taskindex import STATES
-from tui.widgets.styling import STATE_TONE, Panel, tone
+from tui.fleet import WorkerRow, ago
+from tui.fmt import fmt_count, fmt_num, fmt_t
+from tui.taskindex import STATES, TaskRow
+from tui.widgets.styling import COMPONENTS, STATE_TONE, Panel, first_fit, flow, tone
 from tui.widgets.tasktable import TaskTable
-
-RUNNING_COLUMNS = ("task", "state", "age", "try", "batch", "trace", "worker", "kind")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,23 +42,27 @@ class FleetBar(Panel):
         s = self.status
         if s is None:
             return Text("")
-        out = Text()
         stale = s.since_poll is not None and s.since_poll > 3 * s.poll_s + 1
         if s.error:
-            out.append("ERROR ", tone(self, "tf--bad"))
+            head = Text("ERROR ", tone(self, "tf--bad"))
+            head.append(s.error, tone(self, "tf--bad"))  # first: the reason must show
         elif s.polls == 0:
-            out.append("connecting ", tone(self, "tf--warn"))
+            head = Text("connecting", tone(self, "tf--warn"))
         elif stale:
-            out.append("STALE ", tone(self, "tf--warn"))
+            head = Text("STALE", tone(self, "tf--warn"))
         else:
-            out.append("LIVE ", tone(self, "tf--good"))
-        if s.error:  # first: a long URL must not push the reason off the line
-            out.append(f"{s.error}  ", tone(self, "tf--bad"))
-        out.append(s.store)
-        if s.since_poll is not None:
-            out.append(f"  polled {s.since_poll:.0f}s ago", tone(self, "tf--dim"))
-        out.truncate(max(1, self.size.width))
-        return out
+            head = Text("● LIVE", tone(self, "tf--good"))
+        age = Text("" if s.since_poll is None else f"{s.since_poll:.0f}s ago",
+                   tone(self, "tf--dim"))
+        return first_fit([Text("  ").join([head, age, Text(s.store)]),
+                          Text("  ").join([head, age, Text(_short(s.store))]),
+                          Text("  ").join([head, age])],
+                         max(1, self.size.width), [head, age, Text(s.store)])
+
+
+def _short(url: str) -> str:
+    """A URL without its query string (the schema is in the board's title anyway)."""
+    return url.split("?", 1)[0]
 
 
 class StatesPanel(Panel):
@@ -68,7 +71,7 @@ class StatesPanel(Panel):
     DEFAULT_CSS = """
     StatesPanel { height: auto; }
     """
-    counts: reactive[Mapping[str, int] | None] = reactive(None, layout=False)
+    counts: reactive[Mapping[str, int] | None] = reactive(None, layout=True)
 
     def on_mount(self) -> None:
         self.border_title = "tasks by state"
@@ -76,25 +79,82 @@ class StatesPanel(Panel):
     def render(self) -> Text:
         if self.counts is None:
             return Text("no poll yet", tone(self, "tf--dim"))
-        out = Text()
-        for k, state in enumerate(STATES):
-            if k:
-                out.append("  ")
-            out.append(f"{state} ", tone(self, STATE_TONE.get(state, "tf--dim")))
-            out.append(fmt_num(self.counts.get(state, 0)))
-        return out
+        parts = [Text.assemble((f"{state} ", tone(self, STATE_TONE.get(state, "tf--dim"))),
+                               fmt_count(self.counts.get(state, 0)))
+                 for state in STATES]
+        return flow(parts, max(1, self.content_size.width), indent=0)
+
+
+class WorkersSummary(Panel):
+    """The workers in brief: processes, threads, busy, the freshest heartbeat (`w` for all)."""
+
+    DEFAULT_CSS = """
+    WorkersSummary { height: auto; }
+    """
+    rows: reactive[tuple[WorkerRow, ...] | None] = reactive(None, layout=True)
+    now: reactive[float] = reactive(0.0)
+    threads: reactive[int | None] = reactive(None)
+
+    def on_mount(self) -> None:
+        self.border_title = "workers"
+
+    def render(self) -> Text:
+        width = max(1, self.content_size.width)
+        if self.rows is None:
+            return Text("not polled yet", tone(self, "tf--dim"))
+        if not self.rows:
+            return Text("no task has been claimed yet", tone(self, "tf--dim"))
+        busy = sum(w.busy for w in self.rows)
+        beat = max((w.heartbeat for w in self.rows if w.heartbeat is not None), default=None)
+        errors = sum(w.errors for w in self.rows)
+        parts = [Text(f"{len(self.rows)} processes"),
+                 Text(f"{fmt_num(self.threads)} live threads"),
+                 Text(f"{busy} busy", tone(self, "tf--warn" if busy else "tf--dim")),
+                 Text(f"heartbeat {ago(beat, self.now)}"),
+                 Text(f"{fmt_num(errors)} errors", tone(self, "tf--bad" if errors else "tf--dim"))]
+        return flow(parts, width, indent=0)
 
 
 class RunningTable(TaskTable):
-    """The RUNNING tasks: rows come as `TaskRow`s whose `since` is the age in seconds and
-    whose `reason` is the task's kind; enter looks the task up."""
+    """The RUNNING tasks (all of them, a fleet has hundreds at most): rows come as `TaskRow`s
+    whose `since` is the age in seconds and whose `reason` is the task's kind; enter looks
+    the task up. The worker comes right after the age: at 80 columns it must show."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "choose", "look up", show=True)]
+    COLUMNS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("task", "task"), ("age", "age"), ("try", "try"), ("worker", "worker"),
+        ("batch", "batch"), ("trace", "trace"), ("kind", "kind"))
+    PAGED: ClassVar[bool] = False
 
-    def on_mount(self, event: Mount) -> None:  # type: ignore[override]
-        event.prevent_default()  # the task table's own columns are not added
-        self.cursor_type = "row"
-        self.zebra_stripes = True
-        for name, key in zip(RUNNING_COLUMNS, ("task", "state", "since", "try", "batch",
-                                               "trace", "worker", "last reason"), strict=True):
-            self.add_column(name, key=key)
+    def cells(self, r: TaskRow) -> tuple[object, ...]:
+        return (r.task_id, fmt_t(r.since), "" if r.attempt is None else str(r.attempt),
+                r.worker or "", r.batch_id or "", r.trace_id or "", r.reason or "")
+
+
+WORKER_COLUMNS = ("process", "threads", "busy", "heartbeat", "last seen", "done", "errors")
+
+
+class WorkersTable(DataTable[object]):
+    """One row per worker process; busy in the warning colour, errors in the error colour."""
+
+    COMPONENT_CLASSES = DataTable.COMPONENT_CLASSES | COMPONENTS
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+
+    def on_mount(self) -> None:
+        for name in WORKER_COLUMNS:
+            self.add_column(name, key=name)
+
+    def show(self, rows: Sequence[WorkerRow], now: float) -> None:
+        keep = self.cursor_row
+        self.clear()
+        for w in rows:
+            self.add_row(
+                w.process, str(w.threads),
+                Text(str(w.busy), tone(self, "tf--warn" if w.busy else "tf--dim")),
+                ago(w.heartbeat, now), ago(w.last_seen, now), fmt_count(w.done),
+                Text(fmt_count(w.errors), tone(self, "tf--bad" if w.errors else "tf--dim")),
+                key=w.process)
+        if rows:
+            self.move_cursor(row=min(keep, len(rows) - 1), animate=False)

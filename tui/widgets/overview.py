@@ -1,4 +1,8 @@
-"""Queue depth and running-vs-limit as charts over the run, plus throughput and success rate."""
+"""Queue depth and running-vs-limit as charts over the run, plus throughput and success rate.
+
+The height decides how much history is drawn, not how tall the bars get: two charts at
+80x24 (queue, running), four with room (throughput and success rate over the run too).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,17 @@ import numpy as np
 from rich.text import Text
 from textual.reactive import reactive
 
-from tui.model import Overview, bars, fit, fmt_num
-from tui.widgets.styling import Panel, tone
+from tui.fmt import fmt_num, fmt_pct
+from tui.model import Overview, bars, fit
+from tui.widgets.styling import Panel, append_runs, flow, tone
 
-LABEL = 11  # "queue 1234 " / "run  50/50 "
+LABEL = 12  # "queue 1.00M " / "run  50/50  "
+#: Content rows from which a third and a fourth chart are drawn.
+THIRD_CHART_ROWS, FOURTH_CHART_ROWS = 14, 19
 
 
 class OverviewPanel(Panel):
-    """The run's two vital charts; red where running is at or above its limit."""
+    """The run's vital charts; red where running is at or above its limit."""
 
     DEFAULT_CSS = """
     OverviewPanel { height: 1fr; min-height: 5; }
@@ -28,26 +35,42 @@ class OverviewPanel(Panel):
         if d is None:
             return Text("no timeline yet", tone(self, "tf--dim"))
         width = max(4, self.content_size.width - LABEL)
-        room = max(2, self.content_size.height - 1)
-        queue_h = max(1, room * 2 // 3)  # the queue is the story; running is near its cap
+        footer = self._footer(d)
+        room = max(2, self.content_size.height - len(footer.plain.splitlines()))
+        charts = self._charts(d, room)
+        heights = _split(room, [share for *_, share in charts])
         out = Text()
-        q = fit(d.queue_chart, width)
-        self._chart(out, f"queue {fmt_num(d.queue_depth)}", q, queue_h, None)
-        run = fit(d.running_chart, width)
-        lim = fit(d.limit_chart, width)
-        top = float(np.nanmax(lim)) if not np.isnan(lim).all() else None
-        used = f"{fmt_num(d.running)}/{fmt_num(d.running_limit)}"
-        self._chart(out, f"run {used}", run, max(1, room - queue_h), top, lim)
-        wide = self.content_size.width >= 44
-        ok = "–" if d.success_rate is None else f"{d.success_rate:.{1 if wide else 0}%}"
-        done = sum(v or 0 for v in d.done.values())
-        out.append("thru " if wide else "")
-        out.append(f"{fmt_num(d.throughput, 1)}/s", tone(self, "tf--accent"))
-        out.append("  ok ")
-        rate_tone = "tf--good" if (d.success_rate or 1) >= 0.95 else "tf--bad"
-        out.append(ok, tone(self, rate_tone))
-        out.append(f"  done {fmt_num(done)}/{fmt_num(d.submitted)}")
+        for (label, values, top, limit, _), h in zip(charts, heights, strict=True):
+            self._chart(out, label, fit(values, width), h, top,
+                        None if limit is None else fit(limit, width))
+        out.append_text(footer)
         return out
+
+    def _charts(self, d: Overview, room: int) -> list[tuple[str, np.ndarray, float | None,
+                                                            np.ndarray | None, int]]:
+        lim = d.limit_chart
+        top = float(np.nanmax(lim)) if len(lim) and not np.isnan(lim).all() else None
+        run = fmt_num(d.running) + ("" if d.running_limit is None
+                                    else f"/{fmt_num(d.running_limit)}")
+        charts = [(f"queue {fmt_num(d.queue_depth)}", d.queue_chart, None, None, 4),
+                  (f"run {run}", d.running_chart, top, lim, 2)]
+        if room >= THIRD_CHART_ROWS and d.throughput_chart is not None:
+            charts.append((f"thru {fmt_num(d.throughput, 1)}/s", d.throughput_chart, None,
+                           None, 2))
+        if room >= FOURTH_CHART_ROWS and d.success_chart is not None:
+            charts.append((f"ok {fmt_pct(d.success_rate)}", d.success_chart, 1.0, None, 2))
+        return charts
+
+    def _footer(self, d: Overview) -> Text:
+        wide = self.content_size.width >= 44
+        ok = fmt_pct(d.success_rate, 1 if wide else 0)
+        done = sum(v or 0 for v in d.done.values())
+        rate_tone = "tf--good" if (d.success_rate or 1) >= 0.95 else "tf--bad"
+        parts = [Text.assemble("thru " if wide else "",
+                               (f"{fmt_num(d.throughput, 1)}/s", tone(self, "tf--accent"))),
+                 Text.assemble("ok ", (ok, tone(self, rate_tone))),
+                 Text(f"done {fmt_num(done)}/{fmt_num(d.submitted)}")]
+        return flow(parts, max(1, self.content_size.width))
 
     def _chart(self, out: Text, label: str, values: np.ndarray, height: int,
                top: float | None, limit: np.ndarray | None = None) -> None:
@@ -56,8 +79,16 @@ class OverviewPanel(Panel):
         if limit is not None:
             with np.errstate(invalid="ignore"):
                 over = values >= limit
+        cold, warm = tone(self, "tf--accent"), tone(self, "tf--bad")
         for k, row in enumerate(rows):
             out.append(f"{label if k == 0 else '':<{LABEL}}"[:LABEL])
-            for ch, hot in zip(row, over, strict=True):
-                out.append(ch, tone(self, "tf--bad" if hot else "tf--accent"))
+            append_runs(out, row, over, cold, warm)
             out.append("\n")
+
+
+def _split(room: int, shares: list[int]) -> list[int]:
+    """Rows per chart in proportion to `shares`, each at least one, summing to `room`."""
+    total = sum(shares)
+    out = [max(1, room * s // total) for s in shares]
+    out[0] += room - sum(out)
+    return out

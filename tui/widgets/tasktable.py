@@ -1,4 +1,10 @@
-"""The task table: tasks in a state at the cursor's time, newest change first."""
+"""The task table: one page of a selection of tasks, scrolled through all of them.
+
+Why a window and not every row: a DataTable holds its rows as Python objects, and a million
+of them take seconds to add. The table holds exactly the rows that fit; moving the cursor
+past the first or last one, or paging, asks the screen for the next window (`PageMove`),
+so scrolling reaches every task at the cost of one page per move.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,8 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from tui.messages import TaskChosen
-from tui.model import fmt_t
+from tui.fmt import fmt_t
+from tui.messages import PageMove, TaskChosen
 from tui.taskindex import TaskRow
 from tui.widgets.styling import COMPONENTS, STATE_TONE, tone
 
@@ -17,30 +23,60 @@ COLUMNS = ("task", "state", "since", "try", "batch", "trace", "worker", "last re
 
 
 class TaskTable(DataTable[object]):
-    """Shows the rows it is given (data down); enter posts `TaskChosen` (events up)."""
+    """Shows the rows it is given (data down); enter posts `TaskChosen`, moving past the
+    page posts `PageMove` (events up)."""
 
     COMPONENT_CLASSES = DataTable.COMPONENT_CLASSES | COMPONENTS
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "choose", "history", show=True)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "choose", "history", show=True),
+        Binding("g", "page_to('first')", "first", show=False),
+        Binding("G", "page_to('last')", "last", show=False),
+    ]
+    #: The columns; the fleet's table of RUNNING tasks names its own.
+    COLUMNS: ClassVar[tuple[tuple[str, str], ...]] = tuple((c, c) for c in COLUMNS)
+    #: Windowed (the screen refills it on PageMove); an unpaged table holds all its rows.
+    PAGED: ClassVar[bool] = True
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        self.first_row = 0  # index of the first row shown in the whole selection
+        self.total = 0
 
     def on_mount(self) -> None:
-        self.cursor_type = "row"
-        self.zebra_stripes = True
-        for name in COLUMNS:
-            self.add_column(name, key=name)
+        for name, key in self.COLUMNS:
+            self.add_column(name, key=key)
 
-    def show(self, rows: list[TaskRow]) -> None:
-        """Replace the rows, keeping the highlighted task when it is still listed."""
-        keep = self.highlighted_task
+    def on_resize(self) -> None:
+        if self.PAGED:
+            self.post_message(PageMove(0))  # another page size: the screen refills it
+
+    @property
+    def page_rows(self) -> int:
+        """How many rows fit (the header takes one line)."""
+        return max(1, self.size.height - 1 - (1 if self.show_horizontal_scrollbar else 0))
+
+    def show(self, rows: list[TaskRow], offset: int = 0, total: int | None = None) -> None:
+        """Replace the rows with one window of the selection, keeping the cursor's row."""
+        keep = self.cursor_row
+        self.first_row, self.total = offset, len(rows) if total is None else total
         self.clear()
         for r in rows:
-            state = Text(r.state, tone(self, STATE_TONE.get(r.state, "tf--dim")))
-            self.add_row(
-                r.task_id, state, fmt_t(r.since), "" if r.attempt is None else str(r.attempt),
-                r.batch_id or "", r.trace_id or "", r.worker or "", r.reason or "",
-                key=r.task_id,
-            )
-        if keep is not None and keep in self.rows:
-            self.move_cursor(row=self.get_row_index(keep))
+            self.add_row(*self.cells(r), key=r.task_id)
+        if rows:
+            self.move_cursor(row=min(keep, len(rows) - 1), animate=False, scroll=False)
+        if self.PAGED:
+            self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """Long cells brought a horizontal scrollbar, which takes a row: refill the window
+        one row shorter rather than let the last row hide under it."""
+        if self.row_count > self.page_rows:
+            self.post_message(PageMove(0))
+
+    def cells(self, r: TaskRow) -> tuple[object, ...]:
+        state = Text(r.state, tone(self, STATE_TONE.get(r.state, "tf--dim")))
+        return (r.task_id, state, fmt_t(r.since), "" if r.attempt is None else str(r.attempt),
+                r.batch_id or "", r.trace_id or "", r.worker or "", r.reason or "")
 
     @property
     def highlighted_task(self) -> str | None:
@@ -56,3 +92,36 @@ class TaskTable(DataTable[object]):
         task = self.highlighted_task
         if task is not None:
             self.post_message(TaskChosen(task))
+
+    # -- moving past the window ------------------------------------------------------------
+
+    def action_cursor_down(self) -> None:
+        if self.PAGED and self.cursor_row >= self.row_count - 1 \
+                and self.first_row + self.row_count < self.total:
+            self.post_message(PageMove(1))
+        else:
+            super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        if self.PAGED and self.cursor_row <= 0 and self.first_row > 0:
+            self.post_message(PageMove(-1))
+        else:
+            super().action_cursor_up()
+
+    def action_page_down(self) -> None:
+        if self.PAGED:
+            self.post_message(PageMove(self.page_rows))
+        else:
+            super().action_page_down()
+
+    def action_page_up(self) -> None:
+        if self.PAGED:
+            self.post_message(PageMove(-self.page_rows))
+        else:
+            super().action_page_up()
+
+    def action_page_to(self, where: str) -> None:
+        if self.PAGED:
+            self.post_message(PageMove(to=where))
+        elif self.row_count:
+            self.move_cursor(row=0 if where == "first" else self.row_count - 1)

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskfuse.core.states import TaskfuseError, TaskStatus
 from taskfuse.core.task import TASK_FIELDS, Task
@@ -199,6 +199,22 @@ class NamedQueryReads:
     def __len__(self) -> int:
         return int(self._scalar("task_count"))
 
+    # -- read-only questions of the fleet view (lab watch --store) ----------------------------
+
+    def worker_activity(self) -> list[WorkerActivity]:
+        """Per worker thread and status: tasks, latest heartbeat / start / finish, errors."""
+        value = self._scalar("worker_activity")
+        rows = json.loads(value) if isinstance(value, str) else value or []
+        return [WorkerActivity(*row) for row in rows]
+
+    def batch_p99(self, batch_id: str) -> float | None:
+        """Nearest-rank p99 of the last-attempt durations of a batch's ended tasks."""
+        n = int(self._scalar("batch_timed_count", {"batch_id": batch_id}))
+        if not n:
+            return None
+        k = p99_offset(n)
+        return float(self._scalar("batch_duration_desc", {"batch_id": batch_id, "k": k}))
+
 
 def split_statements(script: str, complete: Any) -> list[str]:
     """Split a script into statements with `complete(text) -> bool` (sqlite3.complete_statement)."""
@@ -215,3 +231,20 @@ def split_statements(script: str, complete: Any) -> list[str]:
     if any(ln.strip() and not ln.lstrip().startswith("--") for ln in buf):
         raise StoreSQLError(f"unterminated statement in migration: {' '.join(buf)[:80]!r}")
     return out
+
+
+class WorkerActivity(NamedTuple):
+    """One (worker thread, status) group of the tasks table, for the fleet's worker view."""
+
+    worker_id: str
+    status: str
+    tasks: int
+    heartbeat_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    errors: int
+
+
+def p99_offset(n: int) -> int:
+    """How many durations are longer than the nearest-rank p99 of n (rank ceil(0.99 n))."""
+    return n - (99 * n + 99) // 100
