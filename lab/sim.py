@@ -548,7 +548,10 @@ class Simulation:
     def sampler(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         interval = self.sc.sample_interval_s
+        workers = self.sc.workers if isinstance(self.sc.workers, int) else None
         while True:
+            if workers is not None:
+                self.metrics.stuck_share = self.stats.stuck / workers
             self.alerts.evaluate(env.now)
             if self.on_sample is not None:
                 self.on_sample(self)

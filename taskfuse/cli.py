@@ -510,11 +510,41 @@ def cmd_status(args: argparse.Namespace) -> int:
         else:
             rows = [_batch_row(store, b) for b in sorted(store.batch_ids())]
             total = _counts_json(store.counts())
+        workers = [] if args.batch else _live_workers(store)
     if args.json:
-        _print_json(rows[0] if args.batch else {"counts": total, "batches": rows})
+        _print_json(rows[0] if args.batch else {"counts": total, "batches": rows,
+                                                "workers": [w._asdict() for w in workers]})
         return 0
     _print_table(rows, total)
+    _print_workers(workers)
     return 0
+
+
+def _live_workers(store: Store) -> list[Any]:
+    """The workers' own last beats (threads, busy, stuck threads by kind), running ones."""
+    try:
+        return [w for w in store.workers() if not w.stopped]
+    except Exception:  # a store whose schema predates worker beats: nothing to add
+        return []
+
+
+def _print_workers(workers: list[Any]) -> None:
+    """One line per running worker process: threads, busy, and threads stuck on a task that
+    is no longer RUNNING (it ignored its timeout or cancel), by kind."""
+    if not workers:
+        return
+    now = time.time()
+    print()
+    head = ["WORKER", "THREADS", "BUSY", "STUCK", "BEAT"]
+    lines = []
+    for w in workers:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(w.stuck_kinds.items()))
+        lines.append([w.worker_id, str(w.threads), str(w.busy),
+                      f"{w.stuck} ({kinds})" if w.stuck else "0",
+                      f"{max(0.0, now - w.beat_at):.0f}s ago"])
+    widths = [max(len(x) for x in col) for col in zip(head, *lines, strict=True)]
+    for line in [head, *lines]:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
 
 
 def _caller_trace_id(text: str | None) -> str | None:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from taskfuse.core.states import TaskStatus
+from taskfuse.core.storeapi import WorkerBeat
 from tui.fmt import fmt_wait
 from tui.model import CHART_COLUMNS, TERMINAL_STATES, BatchRow, Overview, Timeline
 from tui.taskindex import TaskRow
@@ -86,6 +87,8 @@ class WorkerRow:
     last_seen: float | None  # latest heartbeat, start or finish of any of its tasks
     done: int  # tasks it ended (any terminal status)
     errors: int  # its tasks not SUCCESS that carry an error (failures, timeouts, retries)
+    #: threads busy with a task that is no longer RUNNING (from the worker's own beat)
+    stuck: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +117,10 @@ class _Acc:
     errors: int = 0
 
 
-def worker_rows(activity: Sequence[WorkerActivity]) -> tuple[WorkerRow, ...]:
-    """Per-thread, per-status groups summed up per process, busiest first."""
+def worker_rows(activity: Sequence[WorkerActivity],
+                beats: Sequence[WorkerBeat] = ()) -> tuple[WorkerRow, ...]:
+    """Per-thread, per-status groups summed up per process, busiest first; where a process
+    wrote its own beat (threads, busy, stuck), that is what it says of itself."""
     acc: dict[str, _Acc] = {}
     for a in activity:
         process, _, thread = a.worker_id.rpartition("/")
@@ -131,9 +136,29 @@ def worker_rows(activity: Sequence[WorkerActivity]) -> tuple[WorkerRow, ...]:
         if a.status != "SUCCESS":
             w.errors += a.errors
         w.last_seen = _latest(w.last_seen, a.heartbeat_at, a.started_at, a.finished_at)
-    rows = [WorkerRow(p, len(w.threads), w.busy, w.heartbeat, w.last_seen, w.done, w.errors)
-            for p, w in acc.items()]
-    return tuple(sorted(rows, key=lambda r: (-r.busy, -(r.last_seen or 0.0), r.process)))
+    rows = {p: WorkerRow(p, len(w.threads), w.busy, w.heartbeat, w.last_seen, w.done,
+                         w.errors) for p, w in acc.items()}
+    for b in beats:
+        if b.stopped and b.worker_id not in rows:
+            continue
+        old = rows.get(b.worker_id) or WorkerRow(b.worker_id, 0, 0, None, None, 0, 0)
+        rows[b.worker_id] = replace(
+            old, threads=0 if b.stopped else b.threads, busy=0 if b.stopped else b.busy,
+            stuck=0 if b.stopped else b.stuck, heartbeat=_latest(old.heartbeat, b.beat_at),
+            last_seen=_latest(old.last_seen, b.beat_at))
+    return tuple(sorted(rows.values(), key=lambda r: (-r.busy, -(r.last_seen or 0.0),
+                                                      r.process)))
+
+
+def _beats(store: Any) -> list[WorkerBeat]:
+    """The workers' own beats, when the store keeps them (an older schema does not)."""
+    workers = getattr(store, "workers", None)
+    if not callable(workers):
+        return []
+    try:
+        return list(workers())
+    except Exception:  # a store whose schema predates the workers table: tasks tell enough
+        return []
 
 
 def _latest(*values: float | None) -> float | None:
@@ -183,7 +208,7 @@ def poll_store(store: FleetReads, now: float, slow: bool = True,
                     t.retry_count + 1)
         for t in sorted(store.running(), key=lambda t: (t.started_at or 0.0, t.task_id))
     )
-    workers = worker_rows(store.worker_activity()) if slow else None
+    workers = worker_rows(store.worker_activity(), _beats(store)) if slow else None
     return FleetSample(now, counts, tuple(batches), running, workers)
 
 

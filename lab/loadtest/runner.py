@@ -411,6 +411,7 @@ class LoadTest:
         now = self.clock.now()
         gateway = self.business.gateway.lock if self.business else nullcontext()
         with gateway:
+            self.metrics.stuck_share = len(self.runner.stuck_threads()) / self.workers
             self.alerts.evaluate(now)
             if self.recorder is not None:
                 row = self.recorder.row(self.view, now)  # type: ignore[arg-type]

@@ -51,9 +51,14 @@ class MetricsSnapshot:
 
 
 class MetricsAggregator:
-    """Keeps the four metrics current from SUBMIT and MOVE events (an event sink)."""
+    """Keeps the source's four metrics current from SUBMIT and MOVE events (an event sink).
+
+    `stuck_share` is the driver's to set, as no event says it: worker threads busy with a
+    task that is no longer RUNNING over all worker threads (None: not known).
+    """
 
     def __init__(self, recent_samples: int = 1000) -> None:
+        self.stuck_share: float | None = None
         self.counts: dict[str, int] = dict.fromkeys((s.value for s in TaskStatus), 0)
         self.durations: dict[str, list[float]] = {}
         self.recent: dict[str, deque[tuple[float, float]]] = {}
@@ -135,7 +140,7 @@ class AlertRule:
             raise ValueError(f"alert {self.name!r}: for_s must be >= 0, got {self.for_s!r}")
 
 
-METRICS = frozenset({"running", "queue_depth", "success_rate", "p99_ratio"})
+METRICS = frozenset({"running", "queue_depth", "success_rate", "p99_ratio", "stuck_share"})
 
 
 def default_rules(
@@ -147,8 +152,11 @@ def default_rules(
     success_rate: float = 0.95,
     p99_ratio: float = 2.0,
     min_finished: int = 20,
+    stuck_share: float = 0.25,
+    stuck_for_s: float = 60.0,
 ) -> list[AlertRule]:
-    """The source's four alerts; the defaults are its thresholds.
+    """The source's four alerts, and a fifth for threads stolen by hung tasks; the defaults
+    are the source's thresholds (stuck threads: a quarter of the pool for a minute).
 
     The one definition of the rules: the lab, the runtime's trace and the load test get them
     through `taskfuse.limits.build.alert_rules`, and a test holds the shipped Prometheus
@@ -161,6 +169,7 @@ def default_rules(
         AlertRule("success_rate_low", "success_rate", "<", success_rate,
                   min_samples=min_finished),
         AlertRule("p99_above_history", "p99_ratio", ">", p99_ratio, min_samples=min_finished),
+        AlertRule("stuck_threads_high", "stuck_share", ">", stuck_share, for_s=stuck_for_s),
     ]
 
 
@@ -208,6 +217,8 @@ class AlertEvaluator:
             return float(m.queue_depth)
         if metric == "success_rate":
             return m.success_rate
+        if metric == "stuck_share":
+            return m.stuck_share
         return self._p99_ratio(now)
 
     def _finished(self) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Batch, Task
@@ -37,6 +37,27 @@ Attempt = tuple[str, int]
 def attempt_of(task: Task) -> Attempt:
     """The identity of the attempt `task` (a record a claim returned)."""
     return task.task_id, task.version
+
+
+class WorkerBeat(NamedTuple):
+    """What one worker process says of itself on every heartbeat (`Store.beat_worker`): the
+    fleet view's worker list and `taskfuse status` read it, since a task row cannot tell a
+    process's threads, what they are busy with, or which ignored their stop ("stuck")."""
+
+    worker_id: str
+    app: str
+    threads: int
+    busy: int
+    stuck: int
+    #: stuck threads by task kind
+    stuck_kinds: dict[str, int]
+    claimed: int
+    completed: int
+    discarded: int
+    started_at: float
+    beat_at: float
+    #: the worker shut down (its last beat)
+    stopped: bool = False
 
 
 @runtime_checkable
@@ -117,6 +138,14 @@ class Store(Protocol):
     def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
         """Renew the leases of the attempts (task_id, version claimed at) in one statement;
         False for an attempt that is not the task's current RUNNING one."""
+        ...
+
+    def beat_worker(self, beat: WorkerBeat) -> None:
+        """Record a worker process's heartbeat (one row per worker_id, replaced)."""
+        ...
+
+    def workers(self) -> list[WorkerBeat]:
+        """Every worker's last beat, the latest first."""
         ...
 
     def running(self) -> list[Task]: ...

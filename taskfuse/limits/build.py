@@ -192,7 +192,7 @@ def running_limit(limits: Limits) -> float:
 
 
 def alert_rules(alerts: Alerts, limit: float) -> list[AlertRule]:
-    """The source's four alerts with the thresholds of `alerts` (the one copy of them)."""
+    """The source's alerts with the thresholds of `alerts` (the one copy of them)."""
     return default_rules(
         limit,
         running_for_s=alerts.running_for_s,
@@ -201,4 +201,6 @@ def alert_rules(alerts: Alerts, limit: float) -> list[AlertRule]:
         success_rate=alerts.success_rate,
         p99_ratio=alerts.p99_ratio,
         min_finished=alerts.min_finished,
+        stuck_share=alerts.stuck_share,
+        stuck_for_s=alerts.stuck_for_s,
     )

@@ -272,7 +272,7 @@ class Sweeper(Strict):
 
 
 class Alerts(Strict):
-    """The source's four alerts; thresholds are configuration (see DESIGN.md)."""
+    """The source's four alerts and the stuck-threads one; thresholds are configuration."""
 
     running_limit: PosFloat | None = None
     running_for_s: NonNeg = 300.0
@@ -282,6 +282,8 @@ class Alerts(Strict):
     min_finished: Annotated[int, Field(ge=0)] = 20
     p99_ratio: PosFloat = 2.0
     p99_baseline_s: dict[str, PosFloat] = Field(default_factory=dict)
+    stuck_share: Annotated[float, Field(gt=0, le=1)] = 0.25
+    stuck_for_s: NonNeg = 60.0
 
 
 Workers = Annotated[int, Field(ge=1, le=MAX_WORKERS)] | Literal["unbounded"]

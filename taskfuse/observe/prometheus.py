@@ -441,9 +441,11 @@ def client_limits(client: ClientLimits) -> dict[str, float]:
 def _stuck_families(stuck: list[dict[str, object]]) -> Iterator[Metric]:
     """Threads still busy with a task that is no longer RUNNING (it ignored its stop), per
     kind, and how long the oldest has been stuck."""
-    count = GaugeMetricFamily("taskfuse_worker_stuck_threads", "Worker threads busy with a "
+    total = GaugeMetricFamily("taskfuse_worker_stuck_threads", "Worker threads busy with a "
                               "task that is no longer RUNNING (it ignored its timeout or "
-                              "cancel), by task kind.", labels=["kind"])
+                              "cancel).", value=len(stuck))
+    count = GaugeMetricFamily("taskfuse_worker_stuck_threads_by_kind", "Stuck worker threads "
+                              "by the kind of the task they are stuck on.", labels=["kind"])
     oldest = GaugeMetricFamily("taskfuse_worker_stuck_seconds", "How long the longest-stuck "
                                "thread of each kind has been stuck.", labels=["kind"])
     by_kind: dict[str, list[float]] = {}
@@ -452,6 +454,7 @@ def _stuck_families(stuck: list[dict[str, object]]) -> Iterator[Metric]:
     for kind, ages in sorted(by_kind.items()):
         count.add_metric([label(kind)], len(ages))
         oldest.add_metric([label(kind)], max(ages))
+    yield total
     yield count
     yield oldest
 

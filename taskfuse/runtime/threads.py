@@ -37,8 +37,9 @@ shutdown sets the attempt's stop signal (seen by `ctx.cancelled()` and `ctx.slee
 whatever it returns later loses the version check and is discarded. A thread that ignores
 the signal is "stuck": after `stuck_after_s` it no longer counts as capacity, and a new
 thread replaces it as long as at most `stuck_threads_max` are stuck (default: as many as
-the workers), so a hang storm cannot start threads without end. A kind registered with
-executor="process" runs in a task process instead, which is killed on that same signal
+the workers), so a hang storm cannot start more than workers + stuck_threads_max threads;
+a stuck thread that returns to a full pool retires (the lab models the same rule). A kind
+registered with executor="process" runs in a task process instead, killed on that signal
 (`taskfuse.runtime.procexec`), so a hung task cannot keep its thread at all.
 """
 
@@ -59,7 +60,7 @@ from taskfuse.core.events import Event, EventKind, EventSink
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
-from taskfuse.core.storeapi import Store
+from taskfuse.core.storeapi import Store, WorkerBeat
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.app import App
 from taskfuse.runtime.attempts import AttemptKey, Attempts, Stuck, key_of
@@ -156,7 +157,11 @@ class Runner:
             prefetch = min(_MAX_GROUP, _PREFETCH_PER_THREAD * workers)  # see Attempts.run_s
         self.attempts = Attempts(workers, prefetch)
         self.stuck_after_s = stuck_after_s
-        self.stuck_threads_max = workers if stuck_threads_max is None else stuck_threads_max
+        if stuck_threads_max is None:  # the limits' bound, else as many as the threads
+            limits = app.limits
+            stuck_threads_max = (limits.stuck_threads_max
+                                 if limits.stuck_threads_max is not None else workers)
+        self.stuck_threads_max = stuck_threads_max
         self._group_wait_s = group_wait_s
         #: Task processes of kinds with executor="process", started when first needed.
         self.procs = ProcessPool(workers)
@@ -175,11 +180,13 @@ class Runner:
         self._watchdog_due = float("inf")
         self._permits: dict[AttemptKey, Any] = {}
         self._thread_of: dict[AttemptKey, str] = {}
-        self._overlap: frozenset[str] = frozenset()
+        #: Kinds whose retries may run beside a stuck earlier attempt (kinds.KIND.overlap).
+        self._overlap = frozenset(k for k, v in app.limits.kinds.items() if v.overlap)
         self._threads: list[threading.Thread] = []
         self._workers: list[threading.Thread] = []
         self._committer: threading.Thread | None = None
         self._started = False
+        self._started_at = 0.0
         self._stopping = False
         self._closed = False
 
@@ -193,6 +200,7 @@ class Runner:
         if self._started:
             raise RuntimeError("runner already started")
         self._started = True
+        self._started_at = self.clock()
         if self._trace_path is not None:
             from taskfuse.runtime.tracing import RuntimeTrace
 
@@ -259,6 +267,9 @@ class Runner:
         for thread in self._workers:  # threads of killed task processes return now
             thread.join(max(0.0, hard - time.monotonic()) / 2)
         self._drain_commits(max(0.1, hard - time.monotonic()))
+        if self._started:
+            with bounded(self.store, max(0.1, hard - time.monotonic())):
+                self._beat_worker(stopped=True)
         with self.attempts.mu:
             self._closed = True
             self.attempts.outcomes.notify_all()
@@ -719,19 +730,21 @@ class Runner:
         at = self.attempts
         with at.mu:
             fresh = at.newly_stuck(self.stuck_after_s, self._thread_of)
-            for stuck in fresh:
-                self._replace(stuck)
+            for i, stuck in enumerate(fresh):  # one at a time, as if they came in turn
+                self._replace(stuck, len(at.stuck) - (len(fresh) - 1 - i))
             return bool(at.stopped) and len(at.stuck) < len(at.stopped)
 
-    def _replace(self, stuck: Stuck) -> None:
-        """A thread no longer counts as capacity: start another, up to the bound (mu held)."""
+    def _replace(self, stuck: Stuck, count: int) -> None:
+        """A thread no longer counts as capacity: start another while at most
+        `stuck_threads_max` are stuck (`count`: this one included), so there are never more
+        than workers + stuck_threads_max threads (attempts.mu held)."""
         at = self.attempts
         extra = {"task_id": stuck.task_id}
-        if len(at.stuck) > self.stuck_threads_max:
+        if count > self.stuck_threads_max:
             log.error("worker thread %s is stuck on task %s (kind %r) and is not replaced: "
-                      "%d stuck threads reached the bound of %d; %d threads left to work",
-                      stuck.thread, stuck.task_id, stuck.kind, len(at.stuck),
-                      self.stuck_threads_max, at.live_threads, extra=extra)
+                      "%d threads are stuck, over the bound of %d; %d threads left to work",
+                      stuck.thread, stuck.task_id, stuck.kind, count, self.stuck_threads_max,
+                      at.live_threads, extra=extra)
             return
         stuck.replaced = True
         at.replacements += 1
@@ -739,7 +752,7 @@ class Runner:
         log.warning("worker thread %s is stuck on task %s (kind %r), which ignored its stop "
                     "for %.1fs; started a replacement (%d stuck, bound %d)", stuck.thread,
                     stuck.task_id, stuck.kind, time.monotonic() - stuck.stopped_at,
-                    len(at.stuck), self.stuck_threads_max, extra=extra)
+                    count, self.stuck_threads_max, extra=extra)
         self._add_worker()
 
     def stuck_threads(self) -> list[dict[str, Any]]:
@@ -753,6 +766,7 @@ class Runner:
                     for s in at.stuck.values()]
 
     def _beat(self) -> None:
+        self._beat_worker()
         while not self._closing.wait(self._heartbeat_s):
             with self.attempts.mu:
                 held = self.attempts.in_flight()
@@ -766,6 +780,27 @@ class Runner:
                 if not ok:  # this attempt only: a retry of the same task may run here too
                     self._stop_task(task.task_id, key_of(task))
             self._renew_permits()
+            self._beat_worker()
+
+    def worker_beat(self, stopped: bool = False) -> WorkerBeat:
+        """What this process says of itself to the fleet (`Store.beat_worker`)."""
+        at = self.attempts
+        with at.mu:
+            stuck = [s.kind for s in at.stuck.values()]
+            busy = at.busy()
+            stats = self.stats
+            counts = (stats.claimed, stats.completed, stats.discarded)
+        kinds: dict[str, int] = {}
+        for kind in stuck:
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return WorkerBeat(self.worker_id, self.app.name, self.workers, max(0, busy),
+                          len(stuck), kinds, *counts, self._started_at, self.clock(), stopped)
+
+    def _beat_worker(self, stopped: bool = False) -> None:
+        try:
+            self.scheduler.store.beat_worker(self.worker_beat(stopped))
+        except Exception:
+            log.warning("could not record this worker's beat", exc_info=True)
 
     def _renew_permits(self) -> None:
         """Keep the fleet permits of calls in progress here from lapsing while we are alive."""

@@ -124,10 +124,12 @@ class RuntimeTrace:
 
     def sample(self) -> None:
         runner = self.runner
+        counts = runner.store.counts()  # a query on a database: outside every lock
+        busy = len(runner.running_tasks())
+        stuck = len(runner.stuck_threads())
         with runner.lock:
             now = runner.clock()
-            counts = runner.store.counts()
-            busy = len(runner.running_tasks())
+            self.metrics.stuck_share = stuck / runner.workers
             firing = self._evaluate(counts, now)
             ds = [self._downstream_row(runner.scheduler.guards[d], now) for d in self._downstreams]
         t = now - self.t0

@@ -18,6 +18,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
+from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class MemoryStore:
         self._batches: dict[str, Batch] = {}
         self._caps: dict[str, int] = {}
         self._seq = count()
+        self._workers: dict[str, WorkerBeat] = {}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -169,6 +171,12 @@ class MemoryStore:
         renewed.heartbeat_at = now
         self._tasks[task_id] = renewed
         return True
+
+    def beat_worker(self, beat: WorkerBeat) -> None:
+        self._workers[beat.worker_id] = beat
+
+    def workers(self) -> list[WorkerBeat]:
+        return sorted(self._workers.values(), key=lambda b: -b.beat_at)
 
     def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
         out = []

@@ -35,6 +35,7 @@ other query parameter goes to libpq unchanged.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -53,6 +54,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
+from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
 from taskfuse.store.redaction import describe_error, remember
@@ -608,6 +610,11 @@ class PostgresStore(NamedQueryReads):
         renewed = self._run(lambda c, _: {(r[0], r[1])
                                           for r in c.execute(Q["heartbeat_many"], params)})
         return [tuple(a) in renewed for a in attempts]
+
+    def beat_worker(self, beat: WorkerBeat) -> None:
+        params = {"worker_id": beat.worker_id, "beat": json.dumps(beat._asdict()),
+                  "beat_at": beat.beat_at}
+        self._run(lambda c, _: c.execute(Q["beat_worker"], params))
 
     def has_unfinished(self, batch_id: str | None = None) -> bool:
         if batch_id is None:

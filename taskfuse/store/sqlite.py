@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
 from taskfuse.store.sql import (
@@ -421,6 +422,12 @@ class SQLiteStore(NamedQueryReads):
             renewed = {(r[0], r[1]) for r in conn.execute(Q["heartbeat_many"],
                                                            {"rows": rows, "now": now})}
         return [tuple(a) in renewed for a in attempts]
+
+    def beat_worker(self, beat: WorkerBeat) -> None:
+        with self._write() as conn:
+            conn.execute(Q["beat_worker"], {"worker_id": beat.worker_id,
+                                            "beat": json.dumps(beat._asdict()),
+                                            "beat_at": beat.beat_at})
 
     def has_unfinished(self, batch_id: str | None = None) -> bool:
         if batch_id is None:

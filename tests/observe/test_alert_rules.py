@@ -46,8 +46,9 @@ def test_the_rules_file_is_package_data_and_every_alert_is_checkable() -> None:
     assert path.is_file() and path.name == "taskfuse.rules.yml"
     names = [a.name for a in load_alerts()]
     assert names == ["TaskfuseRunningAboveLimit", "TaskfuseQueueDepthHigh",
-                     "TaskfuseSuccessRateLow", "TaskfuseP99AboveHistory"]
-    assert len(load_rules()) == 4  # none refused
+                     "TaskfuseSuccessRateLow", "TaskfuseP99AboveHistory",
+                     "TaskfuseStuckThreads"]
+    assert len(load_rules()) == 5  # none refused
 
 
 def test_the_rules_file_says_what_the_core_says() -> None:

@@ -233,3 +233,17 @@ def test_heartbeat_many_tells_two_attempts_of_one_task_apart(store) -> None:
     got = store.heartbeat_many([(first.task_id, first.version),
                                 (second.task_id, second.version)], 3.0)
     assert got == [False, True]
+
+
+def test_a_workers_beat_replaces_its_last_and_reads_back_latest_first(store) -> None:
+    from taskfuse.core.storeapi import WorkerBeat
+
+    def beat(worker: str, at: float, stuck: int = 0) -> WorkerBeat:
+        return WorkerBeat(worker, "app", 4, 3, stuck, {"sync": stuck} if stuck else {},
+                          10, 9, 1, 1.0, at)
+
+    assert store.workers() == []
+    store.beat_worker(beat("h:1", 5.0))
+    store.beat_worker(beat("h:2", 6.0))
+    store.beat_worker(beat("h:1", 7.0, stuck=2))  # the same worker: replaced, not added
+    assert store.workers() == [beat("h:1", 7.0, stuck=2), beat("h:2", 6.0)]

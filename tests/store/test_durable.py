@@ -110,7 +110,7 @@ def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
             t.join()
         assert not errors, errors
         versions = {s.schema_version() for s in opened}
-        assert versions == {2}  # 0001 tasks, 0002 fleet limits
+        assert versions == {3}  # 0001 tasks, 0002 fleet limits, 0003 workers
         rows = opened[0]._run(lambda c, _: c.execute(
             "SELECT version, name FROM taskfuse_migrations ORDER BY version").fetchall())
         assert rows == [(1, "tasks"), (2, "fleet_limits")]

@@ -239,8 +239,8 @@ def _fleet_board(url: str, tmp_path: Path) -> None:
         table = app.screen.query_one(WorkersTable)
         rows = {str(table.get_row(p)[0]): [str(c) for c in table.get_row(p)] for p in PROCESSES}
         for process in PROCESSES:
-            _, threads, busy, heartbeat, _, done, errors = rows[process]
-            assert threads == str(THREADS) and busy == str(THREADS)
+            _, threads, busy, stuck, heartbeat, _, done, errors = rows[process]
+            assert threads == str(THREADS) and busy == str(THREADS) and stuck == "0"
             assert heartbeat == "3s ago"
             assert done == str(facts.done_by[process])
             assert errors == str(facts.errors_by[process])

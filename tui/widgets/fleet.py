@@ -107,9 +107,11 @@ class WorkersSummary(Panel):
         busy = sum(w.busy for w in self.rows)
         beat = max((w.heartbeat for w in self.rows if w.heartbeat is not None), default=None)
         errors = sum(w.errors for w in self.rows)
+        stuck = sum(w.stuck for w in self.rows)
         parts = [Text(f"{len(self.rows)} processes"),
                  Text(f"{fmt_num(self.threads)} live threads"),
                  Text(f"{busy} busy", tone(self, "tf--warn" if busy else "tf--dim")),
+                 Text(f"{stuck} stuck", tone(self, "tf--bad" if stuck else "tf--dim")),
                  Text(f"heartbeat {ago(beat, self.now)}"),
                  Text(f"{fmt_num(errors)} errors", tone(self, "tf--bad" if errors else "tf--dim"))]
         return flow(parts, width, indent=0)
@@ -131,7 +133,8 @@ class RunningTable(TaskTable):
                 r.worker or "", r.batch_id or "", r.trace_id or "", r.reason or "")
 
 
-WORKER_COLUMNS = ("process", "threads", "busy", "heartbeat", "last seen", "done", "errors")
+WORKER_COLUMNS = ("process", "threads", "busy", "stuck", "heartbeat", "last seen", "done",
+                  "errors")
 
 
 class WorkersTable(DataTable[object]):
@@ -153,6 +156,7 @@ class WorkersTable(DataTable[object]):
             self.add_row(
                 w.process, str(w.threads),
                 Text(str(w.busy), tone(self, "tf--warn" if w.busy else "tf--dim")),
+                Text(str(w.stuck), tone(self, "tf--bad" if w.stuck else "tf--dim")),
                 ago(w.heartbeat, now), ago(w.last_seen, now), fmt_count(w.done),
                 Text(fmt_count(w.errors), tone(self, "tf--bad" if w.errors else "tf--dim")),
                 key=w.process)

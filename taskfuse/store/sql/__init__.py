@@ -30,6 +30,7 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 from taskfuse.core.states import TaskfuseError, TaskStatus
+from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import TASK_FIELDS, Task
 
 #: Task fields in table order; every SELECT of a task lists exactly these.
@@ -206,6 +207,12 @@ class NamedQueryReads:
         value = self._scalar("worker_activity")
         rows = json.loads(value) if isinstance(value, str) else value or []
         return [WorkerActivity(*row) for row in rows]
+
+    def workers(self) -> list[WorkerBeat]:
+        """Every worker's last beat (`Store.beat_worker`), the latest first."""
+        value = self._scalar("workers")
+        rows = json.loads(value) if isinstance(value, str) else value or []
+        return [WorkerBeat(**row) for row in rows]
 
     def batch_p99(self, batch_id: str) -> float | None:
         """Nearest-rank p99 of the last-attempt durations of a batch's ended tasks."""

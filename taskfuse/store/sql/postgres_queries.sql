@@ -345,3 +345,12 @@ SELECT finished_at - started_at AS d FROM tasks
 WHERE batch_id = %(batch_id)s AND status IN ('SUCCESS', 'FAILED', 'TIMEOUT')
   AND started_at IS NOT NULL AND finished_at IS NOT NULL
 ORDER BY d DESC LIMIT 1 OFFSET %(k)s
+
+-- beat_worker --
+INSERT INTO workers (worker_id, beat, beat_at)
+VALUES (%(worker_id)s, %(beat)s::jsonb, %(beat_at)s)
+ON CONFLICT (worker_id) DO UPDATE SET beat = excluded.beat, beat_at = excluded.beat_at
+
+-- workers --
+-- Every worker's last beat, the latest first, as one JSON array.
+SELECT coalesce(json_agg(beat ORDER BY beat_at DESC), '[]'::json) FROM workers

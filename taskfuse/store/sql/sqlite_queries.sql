@@ -229,3 +229,12 @@ SELECT finished_at - started_at AS d FROM tasks
 WHERE batch_id = :batch_id AND status IN ('SUCCESS', 'FAILED', 'TIMEOUT')
   AND started_at IS NOT NULL AND finished_at IS NOT NULL
 ORDER BY d DESC LIMIT 1 OFFSET :k
+
+-- beat_worker --
+INSERT INTO workers (worker_id, beat, beat_at) VALUES (:worker_id, :beat, :beat_at)
+ON CONFLICT (worker_id) DO UPDATE SET beat = excluded.beat, beat_at = excluded.beat_at
+
+-- workers --
+-- Every worker's last beat, the latest first, as one JSON array.
+SELECT coalesce(json_group_array(json(beat)), '[]')
+FROM (SELECT beat FROM workers ORDER BY beat_at DESC)
