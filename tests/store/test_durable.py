@@ -113,7 +113,7 @@ def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
         assert versions == {3}  # 0001 tasks, 0002 fleet limits, 0003 workers
         rows = opened[0]._run(lambda c, _: c.execute(
             "SELECT version, name FROM taskfuse_migrations ORDER BY version").fetchall())
-        assert rows == [(1, "tasks"), (2, "fleet_limits")]
+        assert rows == [(1, "tasks"), (2, "fleet_limits"), (3, "workers")]
     finally:
         for s in opened:
             s.close()
