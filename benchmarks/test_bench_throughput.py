@@ -8,8 +8,9 @@ loop that does only the SQL, in the same run.
 * minimal: the bare `jobs` table of test_bench_stores.MinimalRig, 4 threads, each claiming 32
   with one statement and completing its 32 in one transaction (the issue's "minimal grouped
   loop").
-* fleet: 1 and 2 worker processes (benchmarks/fleet_worker.py, 4 threads each) draining one
-  PostgreSQL schema, timed from a start signal after every process is ready.
+* fleet: 1, 2 and 4 worker processes (benchmarks/fleet_worker.py, 4 threads each) draining
+  one SQLite file or PostgreSQL schema, timed from a start signal after every process is
+  ready (on SQLite, writers of different processes take turns on the file's lock).
 
 Each runner benchmark's `extra_info` carries `tasks_per_s`; the minimal ones too, so ratios
 come from one session. Run:
@@ -142,21 +143,29 @@ def test_minimal_grouped_loop(benchmark, kind: str) -> None:
 
 
 class FleetRig:
-    """P worker processes, each a Runner of WORKERS threads, draining one fresh schema."""
+    """P worker processes, each a Runner of WORKERS threads, draining one fresh store."""
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, kind: str = "postgres") -> None:
         self.processes = processes
+        self.kind = kind
         self.schema = ""
+        self.tmp = tempfile.mkdtemp(prefix="bench-fleet-")
         self.procs: list[subprocess.Popen[str]] = []
 
     def fresh(self) -> None:
-        from taskfuse.store.postgres import PostgresStore
+        from taskfuse.store import open_store
 
         self.close()
-        self.schema = f"bench_{uuid.uuid4().hex[:12]}"
-        url = f"{PG_URL}?schema={self.schema}"
-        with PostgresStore(url) as store:
+        if self.kind == "sqlite":
+            url = f"sqlite:///{os.path.join(self.tmp, uuid.uuid4().hex)}.db"
+        else:
+            self.schema = f"bench_{uuid.uuid4().hex[:12]}"
+            url = f"{PG_URL}?schema={self.schema}"
+        store = open_store(url)
+        try:
             fill(store)
+        finally:
+            store.close()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "benchmarks.fleet_worker", url, str(WORKERS)],
@@ -190,11 +199,12 @@ class FleetRig:
             self.schema = ""
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_fleet_on_postgres(benchmark, processes: int) -> None:
-    _need("postgres")
-    benchmark.group = f"throughput: fleet on PostgreSQL, {N} no-op tasks, {WORKERS} threads each"
-    rig = FleetRig(processes)
+@pytest.mark.parametrize("processes", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_fleet(benchmark, kind: str, processes: int) -> None:
+    _need(kind)
+    benchmark.group = f"throughput: fleet on {kind}, {N} no-op tasks, {WORKERS} threads each"
+    rig = FleetRig(processes, kind)
     try:
         benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=3, iterations=1)
     finally:

@@ -88,7 +88,7 @@ _AFTER_KILL_S = 1.5
 _MAX_GROUP = 256
 #: Tasks claimed ahead per worker thread at most, while tasks are short (the prefetch shrinks
 #: to none as they get long: `Attempts.prefetch_now`).
-_PREFETCH_PER_THREAD = 16
+_PREFETCH_PER_THREAD = 32
 
 
 @dataclass
@@ -187,6 +187,9 @@ class Runner:
         self._committer: threading.Thread | None = None
         self._started = False
         self._started_at = 0.0
+        #: The claimer's last claim found nothing (or it has not started): only then does a
+        #: join ask the store whether anything is left.
+        self._claimer_idle = True
         self._stopping = False
         self._closed = False
 
@@ -423,8 +426,8 @@ class Runner:
         at = self.attempts
         bound = 0.05 if self._local else _POLL_S
         while True:
-            with at.mu:
-                busy = not at.idle(batch_id) and not self._closed
+            with at.mu:  # busy here, or the claimer still finding work: no need to ask
+                busy = (not at.idle(batch_id) or not self._claimer_idle) and not self._closed
                 if busy:
                     left = None if end is None else end - time.monotonic()
                     if left is not None and left <= 0:
@@ -502,6 +505,8 @@ class Runner:
             self._claim_wake.clear()
             with at.mu:
                 if self._stopping:
+                    self._claimer_idle = True  # claims no more: a join asks the store
+                    at.settled.notify_all()
                     return
                 want = min(at.want(), _MAX_GROUP)
                 exclude = at.excluded(self._overlap) if want > 0 else frozenset()
@@ -520,8 +525,13 @@ class Runner:
                 continue
             pause = 0.0
             if isinstance(answer, Work):
+                self._claimer_idle = False
                 self._buffer(answer.tasks)
                 continue
+            if not self._claimer_idle:
+                with at.mu:
+                    self._claimer_idle = True  # nothing claimable now: a join may ask
+                    at.settled.notify_all()
             wait = self._poll_s
             if answer.until is not None:
                 wait = _min(wait, max(0.0, answer.until - self.clock()))
