@@ -272,8 +272,8 @@ def test_claim_complete(benchmark, kind: str, impl: str, workers: int, commit: s
 PENDING = 10_000
 
 
-def _fill_sqlite(store: Any, total: int) -> None:
-    """Bulk rows straight into the table: (total - PENDING) finished, PENDING claimable."""
+def _fill_sqlite(store: Any, total: int, pending: int = PENDING) -> None:
+    """Bulk rows straight into the table: (total - pending) finished, pending claimable."""
     conn = store._conn()
     conn.execute("BEGIN IMMEDIATE")
     conn.execute(
@@ -283,12 +283,13 @@ def _fill_sqlite(store: Any, total: int) -> None:
         "SELECT 'b' || i, 'noop', 'tr' || i, i % 3, "
         "CASE WHEN i < ? THEN 'SUCCESS' ELSE 'PENDING' END, 0, 0, 3, 60.0, i, "
         "CASE WHEN i < ? THEN i END, i FROM n",
-        (total, total - PENDING, total - PENDING),
+        (total, total - pending, total - pending),
     )
     conn.execute("COMMIT")
 
 
-def _fill_postgres(store: Any, total: int) -> None:
+def _fill_postgres(store: Any, total: int, pending: int = PENDING) -> None:
+    """As _fill_sqlite, then VACUUM ANALYZE so the planner sees the table as it is."""
     def op(conn: Any, _: bool) -> None:
         conn.execute(
             "INSERT INTO tasks (task_id, kind, trace_id, priority, status, version, "
@@ -296,7 +297,7 @@ def _fill_postgres(store: Any, total: int) -> None:
             "SELECT 'b' || i, 'noop', 'tr' || i, i %% 3, "
             "CASE WHEN i < %(done)s THEN 'SUCCESS' ELSE 'PENDING' END, 0, 0, 3, 60.0, i, "
             "CASE WHEN i < %(done)s THEN i END FROM generate_series(0, %(total)s - 1) AS i",
-            {"done": total - PENDING, "total": total})
+            {"done": total - pending, "total": total})
         conn.execute("VACUUM ANALYZE tasks")
 
     store._run(op)

@@ -8,6 +8,9 @@ loop that does only the SQL, in the same run.
 * minimal: the bare `jobs` table of test_bench_stores.MinimalRig, 4 threads, each claiming 32
   with one statement and completing its 32 in one transaction (the issue's "minimal grouped
   loop").
+* table size: the same runner drain of N tasks when the table already holds N finished rows
+  less (20k rows in all) or 1M - N finished rows more (1M rows in all), bulk-inserted before
+  the clock starts: cost per task must stay flat as finished rows pile up.
 * fleet: 1, 2 and 4 worker processes (benchmarks/fleet_worker.py, 4 threads each) draining
   one SQLite file or PostgreSQL schema, timed from a start signal after every process is
   ready (on SQLite, writers of different processes take turns on the file's lock).
@@ -48,10 +51,12 @@ def noop(ctx: object, payload: object) -> None:
 
 
 class RunnerRig:
-    """A fresh store holding N no-op tasks per round; the round is one Runner draining it."""
+    """A fresh store holding N no-op tasks per round (after `finished` rows already done);
+    the round is one Runner draining it."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, finished: int = 0) -> None:
         self.kind = kind
+        self.finished = finished
         self.tmp = tempfile.mkdtemp(prefix="bench-run-")
         self.store: Any = None
         self.schema = ""
@@ -70,6 +75,11 @@ class RunnerRig:
             from taskfuse.store import open_store
 
             self.store = open_store(self.url())
+        if self.finished:
+            from benchmarks.test_bench_stores import _fill_postgres, _fill_sqlite
+
+            bulk = _fill_sqlite if self.kind == "sqlite" else _fill_postgres
+            bulk(self.store, self.finished, pending=0)
         fill(self.store)
 
     def drain(self) -> None:
@@ -108,6 +118,21 @@ def test_runner(benchmark, kind: str) -> None:
     rig = RunnerRig(kind)
     try:
         benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=3, iterations=1)
+    finally:
+        rig.close()
+    _record(benchmark)
+
+
+@pytest.mark.parametrize("rows", [N, 1_000_000], ids=["20k", "1M"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_runner_vs_table_size(benchmark, kind: str, rows: int) -> None:
+    """N tasks drained from a table of `rows` rows: compare the 20k and 1M medians."""
+    _need(kind)
+    benchmark.group = f"throughput: {N} no-op tasks vs rows in the table ({kind})"
+    benchmark.extra_info["rows"] = rows
+    rig = RunnerRig(kind, finished=rows - N)
+    try:
+        benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=5, iterations=1)
     finally:
         rig.close()
     _record(benchmark)

@@ -338,6 +338,42 @@ def test_postgres_hot_queries_use_their_index_on_a_large_table(name) -> None:
     assert "Seq Scan on tasks" not in text, text
 
 
+def test_postgres_claims_walk_the_ready_index_after_a_bulk_submit_into_a_finished_table(
+) -> None:
+    """Statistics taken while the table held only finished rows say PENDING is empty; a bulk
+    submit then refreshes them, so a claim walks the ordered ready index (on 1M rows the
+    status index and a sort of every PENDING row per claim made claims 35x slower)."""
+    from taskfuse.store.postgres import _BULK_ROWS, Q
+
+    params = {"now": 1e12, "blocked": [], "exclude": [], "n": 32, "status": "RUNNING",
+              "bump": 1, "worker_id": "w", "token": "00000000-0000-0000-0000-000000000001"}
+    with postgres_store(pool_max=1) as store:
+        def finished(conn, _):
+            conn.execute(
+                "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
+                "max_retry, timeout, created_at, finished_at) "
+                "SELECT 'b' || i, 'k', 't', 'SUCCESS', 0, 0, 0, 60, i, i "
+                "FROM generate_series(1, 50000) AS i")
+            conn.execute("ANALYZE tasks")
+
+        store._run(finished)
+        store.insert([T(f"t{i}") for i in range(2 * _BULK_ROWS)])
+
+        def plan(conn, _):
+            with conn.transaction(force_rollback=True):
+                rows = conn.execute("EXPLAIN (ANALYZE) " + Q["claim_one_statement"],
+                                    params).fetchall()
+            estimate = conn.execute(Q["pending_estimate"]).fetchone()[0][0]["Plan"]["Plan Rows"]
+            return "\n".join(r[0] for r in rows), estimate
+
+        text, estimate = store._run(plan)
+    assert estimate >= _BULK_ROWS, estimate
+    assert "Index Scan using tasks_ready" in text, text
+    assert "Sort Key: t_1.priority" not in text, text
+    # The claimed rows are found again by primary key, never by walking the PENDING rows.
+    assert re.search(r"Index Scan using tasks_pkey on tasks t\b", text), text
+
+
 # -- URL of the default test database is the one the environment gives ----------------------
 
 

@@ -95,12 +95,15 @@ FOR UPDATE OF t SKIP LOCKED
 -- claim_one_statement --
 -- The usual claim in one statement, so one round trip: pick ready rows of batches without a
 -- cap (SKIP LOCKED: rows another claimer holds are passed over, never waited for) and move
--- them to RUNNING; the version check is the row lock plus status = 'PENDING' (a claim is
--- PENDING --claim--> RUNNING: :status is that table entry's target, :bump its version step).
+-- them to RUNNING; the version check is the row lock plus the version read under it (a claim
+-- is PENDING --claim--> RUNNING: :status is that table entry's target, :bump its version
+-- step). The rows are found again by primary key and version only: a status condition there
+-- let the planner, misled by statistics taken before a bulk submit, walk every PENDING row
+-- once per claimed row.
 -- Rows of capped batches are left to the transaction of `claim_candidates`, which counts a
 -- batch's running tasks under its lock. Run ticks follow claim order.
 WITH cand AS (
-    SELECT t.task_id, t.priority, t.ready_at, t.ready_tick, t.seq FROM tasks AS t
+    SELECT t.task_id, t.version, t.priority, t.ready_at, t.ready_tick, t.seq FROM tasks AS t
     WHERE t.status = 'PENDING' AND t.unmet = 0
       AND (t.not_before IS NULL OR t.not_before <= %(now)s)
       AND NOT (t.downstreams && %(blocked)s::text[])
@@ -111,7 +114,8 @@ WITH cand AS (
     LIMIT %(n)s
     FOR UPDATE OF t SKIP LOCKED
 ), picked AS (
-    SELECT task_id, row_number() OVER (ORDER BY priority DESC, ready_at, ready_tick, seq)
+    SELECT task_id, version,
+           row_number() OVER (ORDER BY priority DESC, ready_at, ready_tick, seq)
            AS ord FROM cand
 ), tick AS (SELECT nextval('taskfuse_tick') AS v)
 UPDATE tasks AS t SET
@@ -119,8 +123,15 @@ UPDATE tasks AS t SET
     heartbeat_at = %(now)s, finished_at = NULL, worker_id = %(worker_id)s,
     run_tick = (SELECT v FROM tick) * 4096 + p.ord, claim_token = %(token)s
 FROM picked AS p
-WHERE t.task_id = p.task_id AND t.status = 'PENDING'
+WHERE t.task_id = p.task_id AND t.version = p.version
 RETURNING {task_t}, p.ord
+
+-- pending_estimate --
+-- The planner's idea of how many rows are PENDING (no rows are read).
+EXPLAIN (FORMAT JSON) SELECT 1 FROM tasks WHERE status = 'PENDING'
+
+-- analyze_tasks --
+ANALYZE tasks
 
 -- any_capped --
 -- Whether some batch has a concurrency cap (then claims take the transactional path).
