@@ -54,9 +54,10 @@ class RunnerRig:
     """A fresh store holding N no-op tasks per round (after `finished` rows already done);
     the round is one Runner draining it."""
 
-    def __init__(self, kind: str, finished: int = 0) -> None:
+    def __init__(self, kind: str, finished: int = 0, n: int = N) -> None:
         self.kind = kind
         self.finished = finished
+        self.n = n
         self.tmp = tempfile.mkdtemp(prefix="bench-run-")
         self.store: Any = None
         self.schema = ""
@@ -80,12 +81,12 @@ class RunnerRig:
 
             bulk = _fill_sqlite if self.kind == "sqlite" else _fill_postgres
             bulk(self.store, self.finished, pending=0)
-        fill(self.store)
+        fill(self.store, self.n)
 
     def drain(self) -> None:
         with Runner(app, self.store, workers=WORKERS, heartbeat_s=10.0) as runner:
             assert runner.join(300)
-        assert runner.stats.completed == N
+        assert runner.stats.completed == self.n
 
     def close(self) -> None:
         if self.store is not None and hasattr(self.store, "close"):
@@ -96,14 +97,14 @@ class RunnerRig:
             self.schema = ""
 
 
-def fill(store: Any) -> None:
-    """N no-op tasks, submitted in chunks (as a producer would) before the clock starts."""
+def fill(store: Any, n: int = N) -> None:
+    """n no-op tasks, submitted in chunks (as a producer would) before the clock starts."""
     from taskfuse.core.scheduler import Scheduler
 
     sched = Scheduler(store)
     spec = app.spec("noop")
-    for at in range(0, N, 5_000):
-        sched.submit_many([spec] * min(5_000, N - at), time.time())
+    for at in range(0, n, 5_000):
+        sched.submit_many([spec] * min(5_000, n - at), time.time())
 
 
 def _record(benchmark: Any) -> None:
@@ -138,14 +139,18 @@ def test_runner_vs_table_size(benchmark, kind: str, rows: int) -> None:
     _record(benchmark)
 
 
-class _MinimalN(MinimalRig):
-    """MinimalRig at this file's N."""
+class MinimalN(MinimalRig):
+    """MinimalRig at this file's N (or n)."""
+
+    def __init__(self, kind: str, workers: int, n: int = N) -> None:
+        super().__init__(kind, workers)
+        self.n = n
 
     def fresh(self) -> None:
         import benchmarks.test_bench_stores as stores
 
         saved = dict(stores.N)
-        stores.N.update({"sqlite": N, "postgres": N})
+        stores.N.update({"sqlite": self.n, "postgres": self.n})
         try:
             super().fresh()
         finally:
@@ -156,7 +161,7 @@ class _MinimalN(MinimalRig):
 def test_minimal_grouped_loop(benchmark, kind: str) -> None:
     _need(kind)
     benchmark.group = f"throughput: {N} no-op tasks, {WORKERS} threads ({kind})"
-    rig = _MinimalN(kind, WORKERS)
+    rig = MinimalN(kind, WORKERS)
     try:
         benchmark.pedantic(rig.drain, args=(True,), setup=rig.fresh, rounds=3, iterations=1)
     finally:

@@ -86,3 +86,13 @@ def test_a_fit_round_trip_that_changed_is_reported() -> None:
     worse["fit_round_trip"]["incident"]["makespan_rel"] = 0.2
     problems = regression.compare(worse, base)
     assert [p.split(":")[0] for p in problems] == ["fit_round_trip.incident"]
+
+
+def test_store_ratios_fail_beyond_their_slack_and_pass_without_the_store() -> None:
+    base = _base()
+    for name in ("sqlite_runner_over_minimal_cpu", "postgres_runner_over_minimal_cpu"):
+        compare = regression.FIGURES[name].compare
+        limit = base[name] * regression.STORE_RATIO_SLACK
+        assert compare(name, round(limit * 1.01, 3), base[name]) != []
+        assert compare(name, round(limit * 0.99, 3), base[name]) == []
+        assert compare(name, None, base[name]) == []
