@@ -103,7 +103,7 @@ def test_find_by_trace_and_counts_by_batch(store) -> None:
     assert [t.task_id for t in store.find("a")] == ["a"]
     assert store.counts("b")[TaskStatus.PENDING] == 1
     assert [t.task_id for t in store.batch_tasks("b")] == ["a"]
-    assert [t.task_id for t in store.pending_created_before(1.0)] in (["a", "c"], ["c", "a"])
+    assert [t.task_id for t in store.waiting_since_before(1.0)] in (["a", "c"], ["c", "a"])
 
 
 def test_requeued_task_queues_behind_peers_ready_at_the_same_time(store) -> None:

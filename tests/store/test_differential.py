@@ -88,9 +88,14 @@ class DiffStore:
         self._same("stale_running", _ids(ref), _ids(sub))
         return sub
 
-    def pending_created_before(self, cutoff: float) -> list[Task]:
-        ref, sub = self.ref.pending_created_before(cutoff), self.sub.pending_created_before(cutoff)
-        self._same("pending_created_before", _ids(ref), _ids(sub))
+    def running_over_limit(self) -> list[Task]:
+        ref, sub = self.ref.running_over_limit(), self.sub.running_over_limit()
+        self._same("running_over_limit", _ids(ref), _ids(sub))
+        return sub
+
+    def waiting_since_before(self, cutoff: float) -> list[Task]:
+        ref, sub = self.ref.waiting_since_before(cutoff), self.sub.waiting_since_before(cutoff)
+        self._same("waiting_since_before", _ids(ref), _ids(sub))
         return sub
 
     def dependents(self, task_id: str) -> list[Task]:
@@ -316,7 +321,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(max_age=st.sampled_from([1.0, 5.0]))
     def expire_old(self, max_age: float) -> None:
-        for task in self.store.pending_created_before(self.now - max_age):
+        for task in self.store.waiting_since_before(self.now - max_age):
             self.store.swap(move(task, TaskEvent.EXPIRE, self.now), task.version)
 
     @invariant()

@@ -154,6 +154,7 @@ def swap_values(new: Task, expected: int) -> dict[str, Any]:
         "error_msg": new.error_msg,
         "heartbeat_at": new.heartbeat_at,
         "last_delay": new.last_delay,
+        "pending_since": new.pending_since,
     }
 
 
@@ -182,8 +183,11 @@ class NamedQueryReads:
     def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
         return self._tasks("stale_running", {"now": now, "lease": lease_s})
 
-    def pending_created_before(self, cutoff: float) -> list[Task]:
-        return self._tasks("pending_created_before", {"cutoff": cutoff})
+    def running_over_limit(self) -> list[Task]:
+        return self._tasks("running_over_limit")
+
+    def waiting_since_before(self, cutoff: float) -> list[Task]:
+        return self._tasks("waiting_since_before", {"cutoff": cutoff})
 
     def next_ready_at(self, now: float) -> float | None:
         return self._scalar("next_ready_at", {"now": now})  # type: ignore[no-any-return]
