@@ -196,7 +196,12 @@ def _add_cancel(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("sweep", parents=[common], help="run the orphan sweeper")
+    from taskfuse.runtime.sweeper import RULES
+
+    p = sub.add_parser("sweep", parents=[common], help="run the orphan sweeper",
+                       description="The orphan sweeper, a process of its own (it must outlive "
+                                   "the workers it cleans up after).\n\n" + RULES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _limits_arg(p, "the sweeper rules: sweeper.interval_s, lease_s, max_pending_age_s")
     p.add_argument("--every", type=_positive_float, default=None, metavar="S",
                    help="seconds between passes (the limits' sweeper.interval_s, else 60)")
@@ -205,8 +210,9 @@ def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
                    help=f"a RUNNING task not renewed for this long is orphaned (the limits' "
                         f"sweeper.lease_s, else {DEFAULT_LEASE_S:g}; must match the workers')")
     p.add_argument("--max-pending-age", type=_positive_float, default=None, metavar="S",
-                   help="cancel PENDING tasks older than this (the limits' "
-                        "sweeper.max_pending_age_s, else never)")
+                   help="cancel PENDING tasks waiting longer than this, since they last "
+                        "became PENDING (the limits' sweeper.max_pending_age_s, else never)")
+    p.add_argument("--log-json", action="store_true", help="log one JSON object per line")
     p.set_defaults(func=cmd_sweep)
 
 
