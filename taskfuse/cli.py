@@ -82,21 +82,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:
-        return _report(exc, verbose)
+        return _report(exc, verbose, bool(getattr(args, "log_json", False)))
 
 
-def _report(exc: Exception, verbose: bool) -> int:
-    """Print one line for an error (a traceback with -v) and choose the exit status."""
+def _report(exc: Exception, verbose: bool, json_lines: bool = False) -> int:
+    """Print one line for an error (a traceback with -v) and choose the exit status; with
+    --log-json that line is a JSON record, the traceback in its `error` field."""
     message = user_error(exc)
-    if verbose:
-        sys.stderr.write(redact_text("".join(traceback.format_exception(exc))))
+    trace = "".join(traceback.format_exception(exc)) if verbose else None
     if message is not None:
-        print(f"{PROG}: error: {redact_text(' '.join(message.splitlines()))}", file=sys.stderr)
-        return 2
-    hint = "" if verbose else " (run with -v for the traceback)"
-    print(f"{PROG}: internal error: {type(exc).__name__}: {describe_error(exc)}{hint}",
-          file=sys.stderr)
-    return 1
+        text, code = f"{PROG}: error: {redact_text(' '.join(message.splitlines()))}", 2
+    else:
+        hint = "" if verbose else " (run with -v for the traceback)"
+        text = f"{PROG}: internal error: {type(exc).__name__}: {describe_error(exc)}{hint}"
+        code = 1
+    if json_lines:
+        print(logs.line(logging.ERROR, text, json_lines=True, error=trace), file=sys.stderr)
+        return code
+    if trace is not None:
+        sys.stderr.write(redact_text(trace))
+    print(text, file=sys.stderr)
+    return code
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -348,8 +354,9 @@ def _install_stop_handlers(first: Callable[[str], None]) -> Callable[[], None]:
 
     def handle(signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
-        if seen:
-            sys.stderr.write(f"{PROG}: second {name}: exiting now\n")
+        if seen:  # in the log's format, but not through logging: its locks may be held
+            sys.stderr.write(logs.line(logging.WARNING, f"{PROG}: second {name}: exiting now")
+                             + "\n")
             sys.stderr.flush()
             os._exit(128 + signum)
         seen.append(name)
@@ -365,16 +372,14 @@ def _install_stop_handlers(first: Callable[[str], None]) -> Callable[[], None]:
 
 
 @contextmanager
-def _logging(args: argparse.Namespace, json_lines: bool = False) -> Iterator[None]:
-    """Log to stderr while a long-running command runs; restore the logger afterwards."""
-    logger = logging.getLogger("taskfuse")
-    level = logger.level
-    handler = logs.configure(logging.DEBUG if args.verbose else logging.INFO, json_lines)
-    try:
+def _logging(args: argparse.Namespace) -> Iterator[None]:
+    """While a long-running command (worker, sweep) runs, every line the process prints goes
+    to stderr in one format, text or --log-json, credentials masked: ours, the libraries'
+    (psycopg), warnings and exceptions that end a thread (`logs.process_logging`). The
+    command owns the process; the library alone (`logs.configure`) touches none of this."""
+    level = logging.DEBUG if args.verbose else logging.INFO
+    with logs.process_logging(level, bool(getattr(args, "log_json", False))):
         yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 # -- worker --------------------------------------------------------------------------------
@@ -410,7 +415,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         signals.append(name)
         stop.set()
 
-    with _logging(args, args.log_json), opened_store(args.store) as store:
+    with _logging(args), opened_store(args.store) as store:
         runner = Runner(app, store, workers=workers, worker_id=args.worker_id,
                         trace=args.trace, trace_interval_s=args.trace_interval)
         server = _serve_metrics(runner, args)
