@@ -731,7 +731,8 @@ def _print_record(task: Task) -> None:
     data = record_json(task)
     width = max(len(k) for k in data)
     for key, value in data.items():
-        if key in ("created_at", "started_at", "finished_at", "not_before", "heartbeat_at"):
+        if key in ("created_at", "started_at", "finished_at", "not_before", "heartbeat_at",
+                   "pending_since"):
             value = _when(value)
         elif value is None:
             value = "-"

@@ -12,7 +12,8 @@ are numbered files ``{dialect}_NNNN_{what}.sql``; a store applies the ones its d
 not seen yet and records them in ``taskfuse_migrations`` (see `migrations`). Keeping SQL out of
 Python makes it reviewable as SQL and lets the two dialects differ only where they must.
 
-Columns of the ``tasks`` table are the `Task` fields (same names, same order) followed by
+Columns of the ``tasks`` table are the `Task` fields (same names; every SELECT of a task
+lists them in `Task` order, so a column a later migration appended reads in its place) and
 bookkeeping that is not part of the record: ``unmet`` (dependencies not yet SUCCESS, kept by
 the store), ``ready_tick`` / ``run_tick`` (when the row last became claimable / was claimed,
 from one monotonic counter, so ties in claim and deadline order break exactly as
