@@ -6,7 +6,7 @@
                      [--trace-id TRACE_ID_OR_TRACEPARENT] [--limits FILE]
     taskfuse status  --store URL [BATCH] [--json]
     taskfuse cancel  --store URL TASK_OR_BATCH
-    taskfuse sweep   --store URL [--limits FILE] [--every S] [--once]
+    taskfuse sweep   --store URL [--limits FILE] [--every S] [--once] [--log-json]
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
 
 `--store` defaults to $TASKFUSE_STORE, `--app` to $TASKFUSE_APP and `--limits` to
