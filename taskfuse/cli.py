@@ -6,7 +6,7 @@
                      [--trace-id TRACE_ID_OR_TRACEPARENT] [--limits FILE]
     taskfuse status  --store URL [BATCH] [--json]
     taskfuse cancel  --store URL TASK_OR_BATCH
-    taskfuse sweep   --store URL [--limits FILE] [--every S] [--once]
+    taskfuse sweep   --store URL [--limits FILE] [--every S] [--once] [--log-json]
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
 
 `--store` defaults to $TASKFUSE_STORE, `--app` to $TASKFUSE_APP and `--limits` to
@@ -82,21 +82,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:
-        return _report(exc, verbose)
+        return _report(exc, verbose, bool(getattr(args, "log_json", False)))
 
 
-def _report(exc: Exception, verbose: bool) -> int:
-    """Print one line for an error (a traceback with -v) and choose the exit status."""
+def _report(exc: Exception, verbose: bool, json_lines: bool = False) -> int:
+    """Print one line for an error (a traceback with -v) and choose the exit status; with
+    --log-json that line is a JSON record, the traceback in its `error` field."""
     message = user_error(exc)
-    if verbose:
-        sys.stderr.write(redact_text("".join(traceback.format_exception(exc))))
+    trace = "".join(traceback.format_exception(exc)) if verbose else None
     if message is not None:
-        print(f"{PROG}: error: {redact_text(' '.join(message.splitlines()))}", file=sys.stderr)
-        return 2
-    hint = "" if verbose else " (run with -v for the traceback)"
-    print(f"{PROG}: internal error: {type(exc).__name__}: {describe_error(exc)}{hint}",
-          file=sys.stderr)
-    return 1
+        text, code = f"{PROG}: error: {redact_text(' '.join(message.splitlines()))}", 2
+    else:
+        hint = "" if verbose else " (run with -v for the traceback)"
+        text = f"{PROG}: internal error: {type(exc).__name__}: {describe_error(exc)}{hint}"
+        code = 1
+    if json_lines:
+        print(logs.line(logging.ERROR, text, json_lines=True, error=trace), file=sys.stderr)
+        return code
+    if trace is not None:
+        sys.stderr.write(redact_text(trace))
+    print(text, file=sys.stderr)
+    return code
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -196,7 +202,12 @@ def _add_cancel(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("sweep", parents=[common], help="run the orphan sweeper")
+    from taskfuse.runtime.sweeper import RULES
+
+    p = sub.add_parser("sweep", parents=[common], help="run the orphan sweeper",
+                       description="The orphan sweeper, a process of its own (it must outlive "
+                                   "the workers it cleans up after).\n\n" + RULES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _limits_arg(p, "the sweeper rules: sweeper.interval_s, lease_s, max_pending_age_s")
     p.add_argument("--every", type=_positive_float, default=None, metavar="S",
                    help="seconds between passes (the limits' sweeper.interval_s, else 60)")
@@ -205,8 +216,9 @@ def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
                    help=f"a RUNNING task not renewed for this long is orphaned (the limits' "
                         f"sweeper.lease_s, else {DEFAULT_LEASE_S:g}; must match the workers')")
     p.add_argument("--max-pending-age", type=_positive_float, default=None, metavar="S",
-                   help="cancel PENDING tasks older than this (the limits' "
-                        "sweeper.max_pending_age_s, else never)")
+                   help="cancel PENDING tasks waiting longer than this, since they last "
+                        "became PENDING (the limits' sweeper.max_pending_age_s, else never)")
+    p.add_argument("--log-json", action="store_true", help="log one JSON object per line")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -342,8 +354,9 @@ def _install_stop_handlers(first: Callable[[str], None]) -> Callable[[], None]:
 
     def handle(signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
-        if seen:
-            sys.stderr.write(f"{PROG}: second {name}: exiting now\n")
+        if seen:  # in the log's format, but not through logging: its locks may be held
+            sys.stderr.write(logs.line(logging.WARNING, f"{PROG}: second {name}: exiting now")
+                             + "\n")
             sys.stderr.flush()
             os._exit(128 + signum)
         seen.append(name)
@@ -359,16 +372,14 @@ def _install_stop_handlers(first: Callable[[str], None]) -> Callable[[], None]:
 
 
 @contextmanager
-def _logging(args: argparse.Namespace, json_lines: bool = False) -> Iterator[None]:
-    """Log to stderr while a long-running command runs; restore the logger afterwards."""
-    logger = logging.getLogger("taskfuse")
-    level = logger.level
-    handler = logs.configure(logging.DEBUG if args.verbose else logging.INFO, json_lines)
-    try:
+def _logging(args: argparse.Namespace) -> Iterator[None]:
+    """While a long-running command (worker, sweep) runs, every line the process prints goes
+    to stderr in one format, text or --log-json, credentials masked: ours, the libraries'
+    (psycopg), warnings and exceptions that end a thread (`logs.process_logging`). The
+    command owns the process; the library alone (`logs.configure`) touches none of this."""
+    level = logging.DEBUG if args.verbose else logging.INFO
+    with logs.process_logging(level, bool(getattr(args, "log_json", False))):
         yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 # -- worker --------------------------------------------------------------------------------
@@ -404,7 +415,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         signals.append(name)
         stop.set()
 
-    with _logging(args, args.log_json), opened_store(args.store) as store:
+    with _logging(args), opened_store(args.store) as store:
         runner = Runner(app, store, workers=workers, worker_id=args.worker_id,
                         trace=args.trace, trace_interval_s=args.trace_interval)
         server = _serve_metrics(runner, args)
@@ -720,7 +731,8 @@ def _print_record(task: Task) -> None:
     data = record_json(task)
     width = max(len(k) for k in data)
     for key, value in data.items():
-        if key in ("created_at", "started_at", "finished_at", "not_before", "heartbeat_at"):
+        if key in ("created_at", "started_at", "finished_at", "not_before", "heartbeat_at",
+                   "pending_since"):
             value = _when(value)
         elif value is None:
             value = "-"

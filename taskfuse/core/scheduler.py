@@ -55,6 +55,8 @@ _NOTHING: frozenset[str] = frozenset()
 _NO_LOCK: AbstractContextManager[Any] = nullcontext()
 #: How long after a deadline the watchdog looks: `expire` wants started_at + timeout < now.
 DEADLINE_SLACK_S = 0.002
+#: The error kind of a RUNNING task the sweeper ends for being beyond its attempts (rule 3).
+ATTEMPTS_EXCEEDED = "attempts_exceeded"
 
 
 def _same_move(stored: Task, new: Task) -> bool:
@@ -107,11 +109,11 @@ class LostRace:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    """Defaults and sweeper rules.
+    """Defaults and sweeper rules (`Scheduler.sweep`).
 
     `lease_s`: a RUNNING task whose heartbeat is older than this is an orphan (None: only the
-    2 x timeout rule applies). `max_pending_age_s`: PENDING tasks older than this are
-    CANCELED by the sweeper (None: never).
+    2 x timeout rule applies). `max_pending_age_s`: PENDING tasks waiting longer than this
+    (since they last became PENDING) are CANCELED by the sweeper (None: never).
     """
 
     default_timeout: float = 60.0
@@ -121,6 +123,10 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.default_timeout <= 0:
             raise ValueError(f"default_timeout must be > 0, got {self.default_timeout!r}")
+        for name in ("lease_s", "max_pending_age_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 (or None), got {value!r}")
 
 
 class Scheduler:
@@ -203,6 +209,7 @@ class Scheduler:
             not_before=spec.not_before,
             created_at=now,
             downstreams=tuple(spec.downstreams),
+            pending_since=now,
         )
 
     def submit(self, spec: TaskSpec, now: float) -> Task:
@@ -524,15 +531,40 @@ class Scheduler:
         return new, decision.reason
 
     def sweep(self, now: float) -> list[Task]:
-        """The orphan sweeper's rules (DESIGN.md), always through the version check."""
+        """The orphan sweeper: three rules, each on its own, always through the version check.
+
+        1. Orphans: a RUNNING task whose lease lapsed (`lease_s` without a heartbeat) or, in
+           any case, RUNNING longer than 2 x its timeout goes back to PENDING when attempts
+           remain (ORPHAN_RETRY), else FAILED ("worker crashed or task hung").
+        2. Waited too long: a PENDING task waiting longer than `max_pending_age_s` is
+           CANCELED (EXPIRE). Waiting counts from when it last became PENDING
+           (`Task.waiting_since`), not from created_at: the tasks rule 1 has just put back,
+           released at shutdown, deferred by a breaker or retried after a backoff start
+           waiting anew, so a pass never cancels what it (or a worker) just requeued.
+        3. Beyond its attempts: a RUNNING task whose retry_count is ABOVE max_retry is ended
+           (ORPHAN_FAIL) at once, lease or not. The source's rule says "at or above", but
+           here retry_count counts retries done, so retry_count == max_retry is the last
+           attempt, legitimate and possibly healthy: ending it would kill good work. Only a
+           record no scheduler writes (an operator lowered max_retry, a bug, an import) is
+           above the limit, and no lease makes it legitimate. A last attempt that hangs or
+           loses its worker is ended by rule 1, and FAILED rather than retried, since no
+           attempt remains; so "at the limit and still RUNNING" never outlives 2 x timeout.
+
+        Rule 1 runs first, so what it requeues is seen by rule 2 as waiting since `now`.
+        """
         moved = []
         for task in self.store.stale_running(now, self.config.lease_s):
             new = self._apply(task.task_id, now, partial(self._orphan_move, now=now, seen=task))
             if new is not None:
                 moved.append(new)
+        for task in self.store.running_over_limit():
+            new = self._apply(task.task_id, now, partial(self._over_limit_move, now=now,
+                                                         seen=task))
+            if new is not None:
+                moved.append(new)
         max_age = self.config.max_pending_age_s
         if max_age is not None:
-            for task in self.store.pending_created_before(now - max_age):
+            for task in self.store.waiting_since_before(now - max_age):
                 new = self._apply(task.task_id, now, partial(self._expire_move, now=now, seen=task))
                 if new is not None:
                     moved.append(new)
@@ -551,6 +583,14 @@ class Scheduler:
             move(t, TaskEvent.ORPHAN_FAIL, now, error_kind=ErrorKind.ORPHANED, error_msg=msg),
             "orphaned: attempts exhausted",
         )
+
+    def _over_limit_move(self, t: Task, now: float, seen: Task) -> tuple[Task, str] | None:
+        if t.status is not _RUNNING or t.version != seen.version or t.retry_count <= t.max_retry:
+            return None
+        msg = (f"attempt {t.attempt} RUNNING but max_retry {t.max_retry} allows "
+               f"{t.max_retry + 1}")
+        return (move(t, TaskEvent.ORPHAN_FAIL, now, error_kind=ATTEMPTS_EXCEEDED, error_msg=msg),
+                "attempts exceeded")
 
     def _expire_move(self, t: Task, now: float, seen: Task) -> tuple[Task, str] | None:
         if t.status is not _PENDING or t.version != seen.version:

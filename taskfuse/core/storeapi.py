@@ -96,7 +96,14 @@ class Store(Protocol):
         """RUNNING tasks whose lease lapsed, or older than 2 x timeout (the sweeper's rule)."""
         ...
 
-    def pending_created_before(self, cutoff: float) -> list[Task]: ...
+    def running_over_limit(self) -> list[Task]:
+        """RUNNING tasks whose retry_count is above max_retry (the sweeper's third rule)."""
+        ...
+
+    def waiting_since_before(self, cutoff: float) -> list[Task]:
+        """PENDING tasks whose `waiting_since` (when they last became PENDING, or their
+        not_before if later) is before `cutoff`, oldest first (the sweeper's max-age rule)."""
+        ...
 
     def dependents(self, task_id: str) -> list[Task]:
         """Tasks that list `task_id` in depends_on."""

@@ -23,6 +23,9 @@ class Task:
     `retry_count` counts retries done; a task gets at most `max_retry + 1` attempts.
     `downstreams` names the guarded resources it calls, so the scheduler can hold it back
     while one of their breakers is open. `heartbeat_at` is the worker's last lease renewal.
+    `pending_since` is when it last became PENDING (submitted, retried, deferred, released,
+    orphaned): the sweeper's max age counts from there (`waiting_since`), not from
+    `created_at`, so a task it has just put back is not one that waited too long.
     """
 
     task_id: str
@@ -49,6 +52,7 @@ class Task:
     downstreams: tuple[str, ...] = ()
     heartbeat_at: float | None = None
     last_delay: float | None = None
+    pending_since: float | None = None
 
     @property
     def attempt(self) -> int:
@@ -59,6 +63,19 @@ class Task:
     def deadline(self) -> float | None:
         """When a RUNNING task overstays its timeout (the watchdog's rule)."""
         return None if self.started_at is None else self.started_at + self.timeout
+
+    @property
+    def waiting_since(self) -> float:
+        """When a PENDING task began waiting for a worker: when it last became PENDING
+        (`pending_since`; `created_at` for a record built without it), or its `not_before`
+        when that is later (a task held back until tomorrow is not waiting yet).
+
+        The sweeper's "PENDING too old" rule, `now - waiting_since > max age`. The durable
+        stores index the same expression over PENDING rows (store/sql, migration 3/4).
+        """
+        since = self.pending_since if self.pending_since is not None else self.created_at
+        not_before = self.not_before
+        return not_before if not_before is not None and not_before > since else since
 
     def copy(self) -> Task:
         """A shallow copy; `move` uses it to build the next version of a record."""
@@ -86,9 +103,9 @@ def move(task: Task, event: TaskEvent, now: float, **changes: Any) -> Task:
 
     Fields that every move of a kind implies are set here, so no store can forget them:
     entering RUNNING stamps started_at/heartbeat_at; entering a terminal status stamps
-    finished_at; returning to PENDING clears the worker, and counts a retry for the
-    events that use up an attempt. `changes` adds the caller's specifics (result, error,
-    not_before, worker_id).
+    finished_at; returning to PENDING stamps pending_since, clears the worker, and counts a
+    retry for the events that use up an attempt. `changes` adds the caller's specifics
+    (result, error, not_before, worker_id).
     """
     dst = next_status(task.task_id, task.status, event)
     new = _copy_task(task)
@@ -99,6 +116,7 @@ def move(task: Task, event: TaskEvent, now: float, **changes: Any) -> Task:
         new.heartbeat_at = now
         new.finished_at = None
     elif dst is TaskStatus.PENDING:
+        new.pending_since = now
         new.worker_id = None
         new.started_at = None
         new.heartbeat_at = None

@@ -2,7 +2,26 @@
 
 Task loggers (`ctx.logger`) and the runner stamp `trace_id` and `task_id` on their records;
 these formatters print them when present, so `grep TRACE_ID` over a worker's log (or a query
-in a log store over the JSON field) finds every line of one task.
+in a log store over the JSON field) finds every line of one task. Both mask credentials
+(`redact_text`) in every line they write.
+
+Two ways in, for two owners:
+
+* `configure` attaches a handler to the ``taskfuse`` logger only. A program that embeds the
+  library keeps its own root logger, its warnings and its thread hooks: this changes none.
+* `process_logging` is for the processes the ``taskfuse`` command runs (``taskfuse worker``,
+  ``taskfuse sweep``): the command owns the process, so every line it prints goes through
+  one format. Its handler sits on the root logger, so the libraries' own records (psycopg's
+  and psycopg_pool's reconnect warnings, which otherwise reach Python's last-resort handler
+  as bare multi-line text) come out like ours; `warnings.warn` is routed into logging
+  (``py.warnings``); an exception that ends a thread (``threading.excepthook``) or that
+  Python can only ignore (``sys.unraisablehook``: a failing ``__del__``) is logged with its
+  traceback; and a record that cannot be formatted becomes one line saying so, where the
+  logging module would print a multi-line report. Everything is restored when it ends.
+
+In JSON every record is one line (newlines inside a message or a traceback are escaped).
+In text a record starts with its time and level on one line, its message folded into it,
+and a traceback follows on lines indented by four spaces.
 """
 
 from __future__ import annotations
@@ -10,12 +29,19 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 from taskfuse.store.redaction import redact_text
 
 #: Record attributes copied into the JSON object when a logger set them.
 CONTEXT_FIELDS = ("trace_id", "task_id", "kind", "attempt", "worker")
+#: Libraries log at this level and above while the command owns the process (the
+#: ``taskfuse`` loggers keep their own: INFO, DEBUG with -v).
+LIBRARY_LEVEL = logging.WARNING
+_INDENT = "    "
 
 
 class JsonFormatter(logging.Formatter):
@@ -32,17 +58,19 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 out[name] = value
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        elif record.exc_text:  # formatted where it happened (a record from a task process)
-            out["error"] = record.exc_text
+        error = _error_text(self, record)
+        if error:
+            out["error"] = error
         # no credential in any line: masked in each text before it is escaped as JSON
         return json.dumps({k: redact_text(v) if isinstance(v, str) else v
                            for k, v in out.items()}, default=str)
 
 
 class TextFormatter(logging.Formatter):
-    """`time level logger [trace_id task_id] message`: readable, and greppable by trace_id."""
+    """`time level logger [trace_id task_id] message`: readable, and greppable by trace_id.
+
+    The message is folded onto its line (its own line breaks become `` | ``), so every
+    record starts with its time; a traceback follows on indented lines."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s%(ctx)s %(message)s")
@@ -50,16 +78,140 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         trace, task = getattr(record, "trace_id", None), getattr(record, "task_id", None)
         record.ctx = f" [{trace} {task}]" if trace or task else ""
-        return redact_text(super().format(record))  # no credential in any line
+        record.message = fold(record.getMessage())
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        error = _error_text(self, record)
+        if error:
+            line += "\n" + "\n".join(_INDENT + part for part in error.splitlines())
+        return redact_text(line)  # no credential in any line
+
+
+def fold(text: str) -> str:
+    """Text on one line: its lines stripped and joined with `` | `` (blank ones dropped)."""
+    if "\n" not in text and "\r" not in text:
+        return text
+    return " | ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _error_text(formatter: logging.Formatter, record: logging.LogRecord) -> str:
+    """The record's traceback (formatted here, or where it happened: a task process) and
+    stack, or ""."""
+    parts = []
+    if record.exc_info:
+        parts.append(formatter.formatException(record.exc_info))
+    elif record.exc_text:
+        parts.append(record.exc_text)
+    if record.stack_info:
+        parts.append(formatter.formatStack(record.stack_info))
+    return "\n".join(parts)
+
+
+def formatter(json_lines: bool) -> logging.Formatter:
+    return JsonFormatter() if json_lines else TextFormatter()
+
+
+class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler whose own failures are one record in its format.
+
+    The logging module reports a record it cannot format (a bad ``%`` argument in someone's
+    call) with a multi-line "--- Logging error ---" on stderr; this writes one line naming
+    the logger and the call site instead, and never raises."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not logging.raiseExceptions:
+            return
+        cause = sys.exc_info()[1]
+        try:
+            note = logging.LogRecord(
+                "taskfuse.logs", logging.ERROR, record.pathname, record.lineno,
+                "could not format a record of logger %s at %s:%d: %s: %s",
+                (record.name, record.pathname, record.lineno, type(cause).__name__, cause),
+                None)
+            self.stream.write(self.format(note) + self.terminator)
+            self.flush()
+        except Exception:  # the stream itself is gone: nowhere left to say so
+            pass
 
 
 def configure(
     level: int = logging.INFO, json_lines: bool = False, stream: IO[str] | None = None
 ) -> logging.Handler:
-    """Send taskfuse's logs to `stream` (stderr) as text or JSON lines; returns the handler."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    """Send taskfuse's logs to `stream` (stderr) as text or JSON lines; returns the handler.
+
+    Only the ``taskfuse`` logger is touched: what a program embedding the library does with
+    its root logger, warnings and hooks stays its own (`process_logging` is the command's)."""
+    handler = LineHandler(stream or sys.stderr)
+    handler.setFormatter(formatter(json_lines))
     root = logging.getLogger("taskfuse")
     root.addHandler(handler)
     root.setLevel(level)
     return handler
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """`threading.excepthook`: the exception that ended a thread, as one log record."""
+    if args.exc_type is SystemExit:  # what the default hook does: a thread may exit so
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    exc_info = (args.exc_type, args.exc_value, args.exc_traceback)
+    logging.getLogger("threading").error("uncaught exception in thread %s", name,
+                                         exc_info=exc_info)  # type: ignore[arg-type]
+
+
+def _log_unraisable(args: Any) -> None:
+    """`sys.unraisablehook`: an exception Python could only ignore (in a __del__, a
+    finalizer), as one log record instead of "Exception ignored in: ..." text."""
+    what = args.err_msg or "Exception ignored in"
+    where = f": {args.object!r}" if args.object is not None else ""
+    exc_info = (args.exc_type, args.exc_value, args.exc_traceback)
+    logging.getLogger("sys.unraisable").error("%s%s", what, where,
+                                              exc_info=exc_info if args.exc_type else None)
+
+
+#: The formatter of the process's logging while `process_logging` runs (for `line`).
+_active: list[logging.Formatter] = []
+
+
+@contextmanager
+def process_logging(
+    level: int = logging.INFO, json_lines: bool = False, stream: IO[str] | None = None
+) -> Iterator[logging.Handler]:
+    """Own the process's logging while a command runs (see the module doc); yields the
+    handler. `level` is the ``taskfuse`` loggers'; libraries log at WARNING and above."""
+    handler = LineHandler(stream or sys.stderr)
+    fmt = formatter(json_lines)
+    handler.setFormatter(fmt)
+    root, ours = logging.getLogger(), logging.getLogger("taskfuse")
+    saved = (root.level, ours.level, threading.excepthook, sys.unraisablehook)
+    root.addHandler(handler)
+    root.setLevel(LIBRARY_LEVEL)
+    ours.setLevel(level)
+    logging.captureWarnings(True)
+    threading.excepthook = _log_thread_exception
+    sys.unraisablehook = _log_unraisable
+    _active.append(fmt)
+    try:
+        yield handler
+    finally:
+        _active.remove(fmt)
+        logging.captureWarnings(False)
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        ours.setLevel(saved[1])
+        threading.excepthook, sys.unraisablehook = saved[2], saved[3]
+
+
+def line(level: int, message: str, *, json_lines: bool | None = None,
+         error: str | None = None, name: str = "taskfuse.cli") -> str:
+    """One record as the line the process's logging prints, without logging it: for a
+    signal handler (which must not take the logging module's locks) and for a command's last
+    word after its logging ended. `json_lines` None means the format `process_logging` is
+    using; with neither, `message` (and `error` below it) as plain text. Always redacted."""
+    fmt = (_active[-1] if _active else None) if json_lines is None else (
+        formatter(json_lines) if json_lines else None)
+    if fmt is None:
+        return redact_text(message + (f"\n{error.rstrip()}" if error else ""))
+    record = logging.LogRecord(name, level, __file__, 0, message, None, None)
+    record.exc_text = error
+    return fmt.format(record)

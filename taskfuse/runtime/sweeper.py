@@ -4,11 +4,9 @@ Why a separate process: the sweeper exists for the case where workers died (kill
 a lost machine); living inside a worker, it would die with them ("do not let the street
 sweeper live in the house you are demolishing"). Run it with `taskfuse sweep --store URL`.
 
-Each pass applies the core's sweeper rules (`Scheduler.sweep`, DESIGN.md): a RUNNING task
-whose lease lapsed, or that is older than 2 x its timeout, goes back to PENDING when attempts
-remain, else FAILED ("worker crashed or task hung"); a PENDING task older than the max
-pending age is CANCELED. Every move goes through the version check, so a slow worker that
-does report back after all simply loses the race.
+Each pass applies the core's three rules (`Scheduler.sweep`, which says why each is what it
+is; `RULES` below is how `taskfuse sweep --help` states them). Every move goes through the
+version check, so a slow worker that does report back after all simply loses the race.
 """
 
 from __future__ import annotations
@@ -25,6 +23,23 @@ from taskfuse.core.task import Task
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 
 log = logging.getLogger("taskfuse.sweeper")
+
+#: The rules of a pass, for operators (`taskfuse sweep --help`, the README).
+RULES = """\
+Each pass applies three rules, each on its own, every move through the version check:
+  1. orphans: a RUNNING task whose lease lapsed (no heartbeat for --lease seconds), or
+     RUNNING longer than 2 x its timeout whatever its lease, goes back to PENDING when
+     attempts remain, else FAILED (error_kind "orphaned": worker crashed or task hung).
+  2. waited too long: a PENDING task waiting longer than --max-pending-age is CANCELED
+     ("expired"). Waiting counts from when it last became PENDING (submitted, retried,
+     deferred by a breaker, released at shutdown, requeued by rule 1), or from its
+     not_before when that is later: never from created_at, so a pass does not cancel what
+     it has just requeued.
+  3. beyond its attempts: a RUNNING task whose retry_count is above its max_retry (only an
+     operator's edit or a bug writes such a record) is FAILED at once, lease or not
+     ("attempts_exceeded"). The last attempt (retry_count == max_retry) is legitimate and
+     is ended only by rule 1, then FAILED rather than retried.
+"""
 
 
 def sweeper_scheduler(

@@ -125,7 +125,7 @@ class MemoryStore:
     def _enter_pending(self, task: Task) -> None:
         seq = next(self._seq)
         if self._track_age:
-            heapq.heappush(self._pending_age, (task.created_at, seq, task.task_id, task.version))
+            heapq.heappush(self._pending_age, (task.waiting_since, seq, task.task_id, task.version))
         if self._unmet.get(task.task_id):
             return
         if task.not_before is not None:
@@ -357,11 +357,15 @@ class MemoryStore:
                 out.append(task)
         return out
 
-    def pending_created_before(self, cutoff: float) -> list[Task]:
+    def running_over_limit(self) -> list[Task]:
+        tasks = self._tasks
+        return [t for t in map(tasks.__getitem__, self._running) if t.retry_count > t.max_retry]
+
+    def waiting_since_before(self, cutoff: float) -> list[Task]:
         if not self._track_age:
             self._track_age = True
             self._pending_age = [
-                (t.created_at, next(self._seq), t.task_id, t.version)
+                (t.waiting_since, next(self._seq), t.task_id, t.version)
                 for t in self._tasks.values()
                 if t.status is _PENDING
             ]

@@ -79,12 +79,13 @@ def _row_to_task(row: tuple[Any, ...]) -> Task:
     """A `tasks` row (columns in Task field order) as a Task record."""
     (task_id, kind, payload, batch_id, trace_id, key, depends_on, priority, status, version,
      retry_count, max_retry, timeout, not_before, created_at, started_at, finished_at,
-     worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay) = row
+     worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay,
+     pending_since) = row
     return Task(
         task_id, kind, loads(payload), batch_id, trace_id, key, unnames(depends_on), priority,
         _STATUS[status], version, retry_count, max_retry, timeout, not_before, created_at,
         started_at, finished_at, worker_id, loads(result), error_kind, error_msg,
-        unnames(downstreams), heartbeat_at, last_delay,
+        unnames(downstreams), heartbeat_at, last_delay, pending_since,
     )
 
 
@@ -345,7 +346,8 @@ class SQLiteStore(NamedQueryReads):
             "result": dumps(task.result, task.task_id, "result"),
             "error_kind": task.error_kind, "error_msg": task.error_msg,
             "downstreams": names(task.downstreams), "heartbeat_at": task.heartbeat_at,
-            "last_delay": task.last_delay, "unmet": unmet, "ready_tick": tick,
+            "last_delay": task.last_delay, "pending_since": task.pending_since,
+            "unmet": unmet, "ready_tick": tick,
         }
 
     def swap(self, new: Task, expected_version: int) -> bool:

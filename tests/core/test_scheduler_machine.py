@@ -165,7 +165,23 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule()
     def sweep(self) -> None:
-        self.sched.sweep(self.now)
+        """A pass applies the three rules and leaves nothing any rule still applies to; it
+        cancels only what waited longer than the max age, never what it just requeued."""
+        config = self.sched.config
+        before = {t.task_id: t for t in self.sched.store.all_tasks()}
+        for task in self.sched.sweep(self.now):
+            if task.status is TaskStatus.CANCELED:  # rule 2 only ever cancels
+                was = before[task.task_id]
+                assert was.status is TaskStatus.PENDING, f"{task.task_id} requeued and canceled"
+                assert self.now - was.waiting_since > config.max_pending_age_s
+        lease = config.lease_s
+        for task in self.sched.store.all_tasks():
+            if task.status is TaskStatus.PENDING:
+                assert self.now - task.waiting_since <= config.max_pending_age_s
+            elif task.status is TaskStatus.RUNNING:
+                assert task.retry_count <= task.max_retry
+                assert task.started_at + 2 * task.timeout >= self.now
+                assert lease is None or task.heartbeat_at + lease >= self.now
 
     @precondition(lambda self: any(self.held.values()))
     @rule(data=st.data())
@@ -220,6 +236,18 @@ class SchedulerMachine(RuleBasedStateMachine):
             recount[task.status] += 1
         assert self.sched.counts() == recount
         assert sum(recount.values()) == len(tasks)
+
+    @invariant()
+    def pending_since_is_the_last_move_into_pending(self) -> None:
+        """What the sweeper's max age counts from: the time of the task's last SUBMIT or
+        move into PENDING (retry, timeout retry, orphan retry, release, defer)."""
+        last: dict[str, float] = {}
+        for e in self.events.events:
+            if e.dst == TaskStatus.PENDING and e.kind in (EventKind.SUBMIT, EventKind.MOVE):
+                last[e.task_id] = e.t
+        for task in self.sched.store.all_tasks():
+            if task.status is TaskStatus.PENDING:
+                assert task.pending_since == last[task.task_id], task
 
     @invariant()
     def running_only_after_dependencies(self) -> None:

@@ -103,7 +103,7 @@ def test_find_by_trace_and_counts_by_batch(store) -> None:
     assert [t.task_id for t in store.find("a")] == ["a"]
     assert store.counts("b")[TaskStatus.PENDING] == 1
     assert [t.task_id for t in store.batch_tasks("b")] == ["a"]
-    assert [t.task_id for t in store.pending_created_before(1.0)] in (["a", "c"], ["c", "a"])
+    assert [t.task_id for t in store.waiting_since_before(1.0)] in (["a", "c"], ["c", "a"])
 
 
 def test_requeued_task_queues_behind_peers_ready_at_the_same_time(store) -> None:
@@ -247,3 +247,30 @@ def test_a_workers_beat_replaces_its_last_and_reads_back_latest_first(store) -> 
     store.beat_worker(beat("h:2", 6.0))
     store.beat_worker(beat("h:1", 7.0, stuck=2))  # the same worker: replaced, not added
     assert store.workers() == [beat("h:1", 7.0, stuck=2), beat("h:2", 6.0)]
+
+
+# -- the sweeper's questions: how long a task has waited, attempts beyond the limit ----------
+
+
+def test_pending_since_is_stored_and_waiting_counts_from_it(store) -> None:
+    store.insert([T("old", created_at=0.0, pending_since=0.0), T("bare", created_at=0.0),
+                  T("later", created_at=0.0, pending_since=0.0, not_before=100.0),
+                  T("back", created_at=0.0, pending_since=0.0)])
+    [back] = store.claim("w", 1.0, 1, exclude=frozenset({"old", "bare"}))
+    assert back.task_id == "back" and back.pending_since == 0.0  # a claim keeps it
+    assert store.swap(move(back, TaskEvent.RELEASE, 50.0), back.version)
+    assert store.get("back").pending_since == 50.0
+    assert store.get("bare").pending_since is None  # a record built without it: created_at
+    waiting = lambda cutoff: sorted(t.task_id for t in store.waiting_since_before(cutoff))  # noqa: E731
+    assert waiting(40.0) == ["bare", "old"]  # back waits since 50, later until its not_before
+    assert waiting(60.0) == ["back", "bare", "old"]
+    assert waiting(100.5) == ["back", "bare", "later", "old"]
+    assert waiting(40.0) == ["bare", "old"]  # a query: asking again is fine
+
+
+def test_running_over_limit_names_only_attempts_beyond_max_retry(store) -> None:
+    store.insert([T("over", retry_count=2, max_retry=1), T("last", retry_count=1, max_retry=1),
+                  T("waiting", retry_count=5, max_retry=1, depends_on=("last",))])
+    assert store.running_over_limit() == []  # PENDING rows are not asked about
+    assert len(store.claim("w", 1.0, 5)) == 2
+    assert [t.task_id for t in store.running_over_limit()] == ["over"]

@@ -110,10 +110,11 @@ def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
             t.join()
         assert not errors, errors
         versions = {s.schema_version() for s in opened}
-        assert versions == {3}  # 0001 tasks, 0002 fleet limits, 0003 workers
+        assert versions == {4}  # tasks, fleet limits, workers, pending_since
         rows = opened[0]._run(lambda c, _: c.execute(
             "SELECT version, name FROM taskfuse_migrations ORDER BY version").fetchall())
-        assert rows == [(1, "tasks"), (2, "fleet_limits"), (3, "workers")]
+        assert rows == [(1, "tasks"), (2, "fleet_limits"), (3, "workers"),
+                        (4, "pending_since")]
     finally:
         for s in opened:
             s.close()
@@ -288,7 +289,7 @@ HOT = {
     "next_ready_at": ("tasks_delayed", {"now": 1.0}),
     "overdue": ("tasks_deadline", {"now": 1.0}),
     "next_deadline": ("tasks_deadline", {}),
-    "pending_created_before": ("tasks_status", {"cutoff": 1.0}),
+    "waiting_since_before": ("tasks_waiting", {"cutoff": 1.0}),
     "get_task": ("task_id", {"task_id": "x"}),
 }
 

@@ -12,7 +12,8 @@ are numbered files ``{dialect}_NNNN_{what}.sql``; a store applies the ones its d
 not seen yet and records them in ``taskfuse_migrations`` (see `migrations`). Keeping SQL out of
 Python makes it reviewable as SQL and lets the two dialects differ only where they must.
 
-Columns of the ``tasks`` table are the `Task` fields (same names, same order) followed by
+Columns of the ``tasks`` table are the `Task` fields (same names; every SELECT of a task
+lists them in `Task` order, so a column a later migration appended reads in its place) and
 bookkeeping that is not part of the record: ``unmet`` (dependencies not yet SUCCESS, kept by
 the store), ``ready_tick`` / ``run_tick`` (when the row last became claimable / was claimed,
 from one monotonic counter, so ties in claim and deadline order break exactly as
@@ -154,6 +155,7 @@ def swap_values(new: Task, expected: int) -> dict[str, Any]:
         "error_msg": new.error_msg,
         "heartbeat_at": new.heartbeat_at,
         "last_delay": new.last_delay,
+        "pending_since": new.pending_since,
     }
 
 
@@ -182,8 +184,11 @@ class NamedQueryReads:
     def stale_running(self, now: float, lease_s: float | None) -> list[Task]:
         return self._tasks("stale_running", {"now": now, "lease": lease_s})
 
-    def pending_created_before(self, cutoff: float) -> list[Task]:
-        return self._tasks("pending_created_before", {"cutoff": cutoff})
+    def running_over_limit(self) -> list[Task]:
+        return self._tasks("running_over_limit")
+
+    def waiting_since_before(self, cutoff: float) -> list[Task]:
+        return self._tasks("waiting_since_before", {"cutoff": cutoff})
 
     def next_ready_at(self, now: float) -> float | None:
         return self._scalar("next_ready_at", {"now": now})  # type: ignore[no-any-return]

@@ -46,6 +46,7 @@ UPDATE tasks SET
     not_before = %(not_before)s, started_at = %(started_at)s, finished_at = %(finished_at)s,
     worker_id = %(worker_id)s, result = %(result)s::jsonb, error_kind = %(error_kind)s,
     error_msg = %(error_msg)s, heartbeat_at = %(heartbeat_at)s, last_delay = %(last_delay)s,
+    pending_since = %(pending_since)s,
     ready_tick = CASE WHEN %(status)s = 'PENDING' THEN nextval('taskfuse_tick')
                       ELSE ready_tick END,
     run_tick = CASE WHEN %(status)s = 'RUNNING' THEN nextval('taskfuse_tick') * 4096
@@ -63,15 +64,17 @@ UPDATE tasks AS t SET
     not_before = u.not_before, started_at = u.started_at, finished_at = u.finished_at,
     worker_id = u.worker_id, result = u.result::jsonb, error_kind = u.error_kind,
     error_msg = u.error_msg, heartbeat_at = u.heartbeat_at, last_delay = u.last_delay,
-    claim_token = NULL
+    pending_since = u.pending_since, claim_token = NULL
 FROM unnest(%(task_id)s::text[], %(expected)s::integer[], %(status)s::text[],
             %(version)s::integer[], %(retry_count)s::integer[],
             %(not_before)s::double precision[], %(started_at)s::double precision[],
             %(finished_at)s::double precision[], %(worker_id)s::text[], %(result)s::text[],
             %(error_kind)s::text[], %(error_msg)s::text[],
-            %(heartbeat_at)s::double precision[], %(last_delay)s::double precision[])
+            %(heartbeat_at)s::double precision[], %(last_delay)s::double precision[],
+            %(pending_since)s::double precision[])
      AS u(task_id, expected, status, version, retry_count, not_before, started_at,
-          finished_at, worker_id, result, error_kind, error_msg, heartbeat_at, last_delay)
+          finished_at, worker_id, result, error_kind, error_msg, heartbeat_at, last_delay,
+          pending_since)
 WHERE t.task_id = u.task_id AND t.version = u.expected
 RETURNING t.task_id
 
@@ -212,10 +215,20 @@ WHERE status = 'RUNNING'
        OR coalesce(started_at, %(now)s) + 2 * timeout < %(now)s)
 ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
 
--- pending_created_before --
+-- running_over_limit --
+-- The sweeper's third rule: an attempt beyond what max_retry allows (an impossible record).
 SELECT {task} FROM tasks
-WHERE status = 'PENDING' AND created_at < %(cutoff)s
-ORDER BY created_at, seq
+WHERE status = 'RUNNING' AND retry_count > max_retry
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- waiting_since_before --
+-- The sweeper's max-age rule: PENDING rows waiting since before :cutoff, from when they last
+-- became PENDING or their not_before if later (Task.waiting_since; greatest() skips NULL),
+-- through tasks_waiting, whose expression this repeats so the planner can match it.
+SELECT {task} FROM tasks
+WHERE status = 'PENDING'
+  AND greatest(coalesce(pending_since, created_at), not_before) < %(cutoff)s
+ORDER BY greatest(coalesce(pending_since, created_at), not_before), seq
 
 -- next_ready_at --
 SELECT min(not_before) FROM tasks

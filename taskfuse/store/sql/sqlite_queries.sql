@@ -28,7 +28,7 @@ INSERT INTO tasks ({task}, unmet, ready_tick)
 VALUES (:task_id, :kind, :payload, :batch_id, :trace_id, :idempotency_key, :depends_on,
         :priority, :status, :version, :retry_count, :max_retry, :timeout, :not_before,
         :created_at, :started_at, :finished_at, :worker_id, :result, :error_kind, :error_msg,
-        :downstreams, :heartbeat_at, :last_delay, :unmet, :ready_tick)
+        :downstreams, :heartbeat_at, :last_delay, :pending_since, :unmet, :ready_tick)
 
 -- insert_dep --
 INSERT INTO task_deps (task_id, pos, depends_on) VALUES (:task_id, :pos, :depends_on)
@@ -40,6 +40,7 @@ UPDATE tasks SET
     not_before = :not_before, started_at = :started_at, finished_at = :finished_at,
     worker_id = :worker_id, result = :result, error_kind = :error_kind,
     error_msg = :error_msg, heartbeat_at = :heartbeat_at, last_delay = :last_delay,
+    pending_since = :pending_since,
     ready_tick = coalesce(:ready_tick, ready_tick),
     run_tick = coalesce(:run_tick, run_tick),
     claim_token = :claim_token
@@ -147,10 +148,22 @@ WHERE status = 'RUNNING'
        OR coalesce(started_at, :now) + 2 * timeout < :now)
 ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
 
--- pending_created_before --
+-- running_over_limit --
+-- The sweeper's third rule: an attempt beyond what max_retry allows (an impossible record).
 SELECT {task} FROM tasks
-WHERE status = 'PENDING' AND created_at < :cutoff
-ORDER BY created_at, seq
+WHERE status = 'RUNNING' AND retry_count > max_retry
+ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
+
+-- waiting_since_before --
+-- The sweeper's max-age rule: PENDING rows waiting since before :cutoff, from when they last
+-- became PENDING or their not_before if later (Task.waiting_since), through tasks_waiting,
+-- whose expression this repeats word for word (SQLite matches index expressions literally).
+SELECT {task} FROM tasks
+WHERE status = 'PENDING'
+  AND max(coalesce(pending_since, created_at), coalesce(not_before, pending_since, created_at))
+      < :cutoff
+ORDER BY max(coalesce(pending_since, created_at), coalesce(not_before, pending_since, created_at)),
+         seq
 
 -- next_ready_at --
 SELECT min(not_before) FROM tasks
