@@ -6,8 +6,10 @@ The runner is an interpreter of the core's answers; it never decides a delay, a 
 next status. What it adds is plumbing that keeps the store busy rather than waiting on it:
 
 * a **claimer** thread claims ready tasks in groups: as many as the free worker threads plus
-  a prefetch, never a task whose downstream's bulkhead is already full of tasks held here,
-  nor one whose previous attempt is still stuck on a thread here. Idle, it waits for a
+  a prefetch (outcomes waiting for their commit count against the prefetch only beyond it,
+  so a claim and a commit are in flight at once: `Attempts.want`), never a task whose
+  downstream's bulkhead is already full of tasks held here, nor one whose previous attempt
+  is still stuck on a thread here. Idle, it waits for a
   submit, a completion, the store's notification (`wait_for_work`) or the core's next due
   time (`Idle.until`).
 * N **worker** threads take claimed attempts from the buffer and run them (in the thread,
