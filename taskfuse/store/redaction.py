@@ -30,6 +30,8 @@ _WORDS = ("pass", "secret", "token", "key", "cred")
 #: Shorter remembered values would mask ordinary words; their place still masks them.
 _MIN_REMEMBERED = 4
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+#: What ends a sentence after a URL in free text belongs to the sentence, not to the URL.
+_TRAILING = ",;.:!?)]"
 _PAIR = re.compile(r"(?P<key>\b[A-Za-z_][A-Za-z0-9_]*)(?P<eq>\s*=\s*)"
                    r"(?P<val>'(?:[^'\\]|\\.)*'?|[^\s'\",;&)]+)")
 _remembered: set[str] = set()
@@ -47,6 +49,8 @@ def redact_url(url: str) -> str:
     if "://" not in url:
         return _redact_pairs(url)
     scheme, _, rest = url.partition("://")
+    if "://" in rest.partition("?")[0]:
+        return f"{scheme}://{redact_url(rest)}"  # a URL inside a URL: mask the inner one
     slash = rest.find("/")
     authority = rest if slash < 0 else rest[:slash]
     at = authority.rfind("@")
@@ -106,7 +110,7 @@ def remember(url: str) -> None:
 
 def redact_text(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> str:
     """Free text (an error, a log line) with URLs, conninfo pairs and known secrets masked."""
-    text = _URL.sub(lambda m: redact_url(m.group()), text)
+    text = _URL.sub(_redact_url_in_text, text)
     text = _redact_pairs(text)
     with _lock:
         known = _remembered | {v for v in secrets if len(v) >= _MIN_REMEMBERED}
@@ -114,6 +118,12 @@ def redact_text(text: str, secrets: set[str] | frozenset[str] = frozenset()) -> 
         if value in text:
             text = text.replace(value, MASK)
     return text
+
+
+def _redact_url_in_text(m: re.Match[str]) -> str:
+    url = m.group()
+    kept = url.rstrip(_TRAILING)
+    return redact_url(kept) + url[len(kept):]
 
 
 def describe_error(exc: BaseException, url: str | None = None) -> str:

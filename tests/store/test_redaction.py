@@ -74,6 +74,17 @@ def test_every_shape_is_masked_and_the_rest_kept(index: int) -> None:
         assert "\n" not in shown
 
 
+def test_free_text_keeps_its_punctuation_and_nested_urls_are_masked() -> None:
+    s = secret()
+    shown = redact_text(f"tried postgresql://a@db1/app?password={s}, then gave up.")
+    assert shown == "tried postgresql://a@db1/app?password=***, then gave up."
+    shown = redact_text(f"(see postgresql://a:{s}@db1/app).")
+    assert shown == "(see postgresql://a:***@db1/app)."
+    for url in (f"nosuch://postgresql://u:{s}@db1/app", f"x://y://u:{s}@db1/app?password={s}"):
+        assert s not in redact_url(url) and "db1" in redact_url(url), redact_url(url)
+        assert s not in redact_text(f"unknown scheme: {url}")
+
+
 def test_a_url_without_secrets_is_left_alone() -> None:
     for url in ("postgresql://alice@db1.example:5432/app?sslmode=require&application_name=x",
                 "sqlite:///tmp/a@b.db", "memory://", "host=db1 port=5432 dbname=app"):
