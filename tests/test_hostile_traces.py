@@ -27,6 +27,7 @@ from lab.scenario import load_scenario
 from taskfuse.observe.alerts import main as alerts_main
 from taskfuse.trace import MAGIC, MAX_FRAME_BYTES, TraceError, check_trace, read_trace
 from tests.hostile import Answer, WouldGoOn, answer_of, run_measured
+from tests.scale import examples
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAME = struct.Struct(">IB")
@@ -146,7 +147,7 @@ def readers(path: Path) -> Iterator[tuple[str, Answer]]:
     yield "alerts", answer_of(alerts_main, [str(path)])
 
 
-@settings(max_examples=250, deadline=None, derandomize=True,
+@settings(max_examples=examples(250), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(data=st.data())
@@ -167,7 +168,7 @@ def test_every_reader_answers_a_hostile_trace_with_one_line(trace_bytes: bytes,
         assert answers["lab watch"].code == 2, answers
 
 
-@settings(max_examples=20, deadline=None, derandomize=True,
+@settings(max_examples=examples(20), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_lab_plot_draws_or_answers_one_line(trace_bytes: bytes, data: st.DataObject) -> None:

@@ -21,6 +21,7 @@ from lab.scenario import MAX_TASKS
 from taskfuse.configfile import MAX_BYTES, MAX_NODES
 from taskfuse.limits.schema import MAX_WORKERS
 from tests.hostile import WouldGoOn, answer_of, run_measured
+from tests.scale import examples
 
 from .conftest import SCENARIOS
 
@@ -112,7 +113,7 @@ def simulate_answer(data: bytes, overrides: list[str] | None = None):  # type: i
         return answer_of(main, ["simulate", str(path), "--no-trace", *sets])
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
+@settings(max_examples=examples(300), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(mutated(), OVERRIDES)
 def test_mutated_scenarios_get_a_run_or_one_line(data: bytes, overrides: list[str]) -> None:
