@@ -169,6 +169,16 @@ def _log_unraisable(args: Any) -> None:
                                               exc_info=exc_info if args.exc_type else None)
 
 
+def route_python_output() -> None:
+    """Send what Python itself prints (warnings, an exception that ends a thread, one it
+    could only ignore) through logging, for good: a task process has no command that could
+    give the hooks back, and its stderr is the worker's, where raw text would break the
+    worker's log format."""
+    logging.captureWarnings(True)
+    threading.excepthook = _log_thread_exception
+    sys.unraisablehook = _log_unraisable
+
+
 #: The formatter of the process's logging while `process_logging` runs (for `line`).
 _active: list[logging.Formatter] = []
 

@@ -58,6 +58,7 @@ from taskfuse.runtime.errors import (
     TaskCanceled,
     attempt_failure,
 )
+from taskfuse.runtime.logs import route_python_output
 
 #: How payloads and results cross: JSON (portable, the store keeps JSON anyway) or pickle.
 SERIALIZERS = ("json", "pickle")
@@ -332,6 +333,7 @@ def serve(conn: Connection) -> None:
     signal.signal(signal.SIGTERM, _exit_on_term)
     link = Link(conn)
     forward_only(link)
+    route_python_output()
     link.start()
     functions: dict[str, Callable[..., Any]] = {}
     while True:

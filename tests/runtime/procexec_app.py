@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import warnings
 from typing import Any
 
 from taskfuse.runtime import App, TaskError
@@ -73,6 +75,19 @@ def log_lines(ctx: Any, payload: Any) -> str:
     except ZeroDivisionError:
         ctx.logger.exception("with a traceback")
     return "logged"
+
+
+def python_speaks(ctx: Any, payload: Any) -> str:
+    """What Python prints on its own: a warning, and a thread that dies of an exception."""
+    warnings.warn(f"old api used by {payload}", RuntimeWarning, stacklevel=1)
+
+    def doomed() -> None:
+        raise RuntimeError(f"a helper thread of {payload} failed")
+
+    thread = threading.Thread(target=doomed, name="helper")
+    thread.start()
+    thread.join()
+    return "spoke"
 
 
 def returns_set(ctx: Any, payload: Any) -> set[int]:

@@ -252,6 +252,21 @@ def test_logs_come_back_with_the_trace_id(make_runner, caplog) -> None:
     assert "ZeroDivisionError" in line["error"]
 
 
+def test_warnings_and_thread_deaths_come_back_as_log_records(make_runner, caplog) -> None:
+    """Not as raw text on the worker's stderr, which would break its log format."""
+    runner = make_runner(process_app(speak=(tasks.python_speaks, {})), workers=1)
+    with caplog.at_level(logging.INFO):
+        task = runner.submit("speak", "sku-2")
+        assert runner.join(JOIN_S)
+    assert runner.get(task.task_id).result == "spoke"
+    theirs = [r for r in caplog.records if r.process != os.getpid()]
+    warned = [r for r in theirs if r.name == "py.warnings"]
+    died = [r for r in theirs if r.name == "threading"]
+    assert warned and "old api used by sku-2" in warned[0].getMessage()
+    assert died and died[0].getMessage() == "uncaught exception in thread helper"
+    assert "a helper thread of sku-2 failed" in (died[0].exc_text or "")
+
+
 # -- the fuses -----------------------------------------------------------------------------
 
 
