@@ -84,6 +84,10 @@ def test_a_hung_task_times_out_its_process_dies_and_a_new_one_serves_next(
         make_runner, listener) -> None:
     app = process_app(hang=(tasks.hang, {"timeout": 1, "max_retry": 0}), pid=(tasks.pid, {}))
     runner = make_runner(app, workers=1)
+    # a task process started while the machine is busy can take longer than the 1 s timeout
+    # to import its code; warm one first, so the hang is what the timeout ends
+    warm = runner.submit("pid")
+    assert runner.join(JOIN_S) and runner.get(warm.task_id).status is TaskStatus.SUCCESS
     hung = runner.submit("hang", {"port": listener.port})
     _, line = listener.accept()
     hung_pid = int(line)
