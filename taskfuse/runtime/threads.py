@@ -8,7 +8,8 @@ next status. What it adds is plumbing that keeps the store busy rather than wait
 * a **claimer** thread claims ready tasks in groups: as many as the free worker threads plus
   a prefetch (outcomes waiting for their commit count against the prefetch only beyond it,
   so a claim and a commit are in flight at once: `Attempts.want`), never a task whose
-  downstream's bulkhead is already full of tasks held here, nor one whose previous attempt
+  downstream's bulkhead is already full of tasks held here, nor more at once than the
+  fullest bulkhead has room for (`_bulkhead_room`), nor one whose previous attempt
   is still stuck on a thread here. Idle, it waits for a
   submit, a completion, the store's notification (`wait_for_work`) or the core's next due
   time (`Idle.until`).
@@ -512,7 +513,9 @@ class Runner:
                     return
                 want = min(at.want(), _MAX_GROUP)
                 exclude = at.excluded(self._overlap) if want > 0 else frozenset()
-                full = self._full_downstreams() if want > 0 else frozenset()
+                full, room = self._bulkhead_room() if want > 0 else (frozenset(), None)
+                if room is not None:  # the claim may bring only tasks that call it
+                    want = min(want, room)
             if want <= 0:  # every thread busy and the prefetch taken: wait for room
                 self._claim_wake.wait(self._poll_s or 1.0)
                 continue
@@ -539,13 +542,19 @@ class Runner:
                 wait = _min(wait, max(0.0, answer.until - self.clock()))
             self._claim_wake.wait(wait)
 
-    def _full_downstreams(self) -> frozenset[str]:
-        """Downstreams whose bulkhead is already full of tasks held here (attempts.mu held):
-        claiming another task that calls one could not start its call."""
+    def _bulkhead_room(self) -> tuple[frozenset[str], int | None]:
+        """Downstreams whose bulkhead is already full of tasks held here, and the fewest
+        more tasks any other bulkhead has room for (None: no bulkhead) (attempts.mu held).
+
+        A claim skips the tasks of the full ones and takes no more than that room: every
+        task of its group might call the same downstream, and a task claimed past a
+        bulkhead's size could not start its call; it would sit RUNNING on a thread or in
+        the buffer, its lease and timeout counting, while a task of another downstream
+        waits PENDING. Tasks whose outcome waits for its commit hold nothing here."""
         limits = {name: g.bulkhead.limit for name, g in self.scheduler.guards.items()
                   if g.bulkhead is not None}
         if not limits:
-            return frozenset()
+            return frozenset(), None
         held: dict[str, int] = {}
         at = self.attempts
         for ctx in [*at.buffer, *at.running.values()]:
@@ -554,7 +563,9 @@ class Runner:
             for name in ctx.task.downstreams:
                 if name in limits:
                     held[name] = held.get(name, 0) + 1
-        return frozenset(n for n, count in held.items() if count >= limits[n])
+        full = frozenset(n for n, limit in limits.items() if held.get(n, 0) >= limit)
+        rooms = [limit - held.get(n, 0) for n, limit in limits.items() if n not in full]
+        return full, (min(rooms) if rooms else None)
 
     def _buffer(self, tasks: list[Task]) -> None:
         """Hand claimed attempts to the workers; wake the watchdog for a sooner deadline."""

@@ -1,0 +1,177 @@
+"""The grouped runtime's promises about what it claims ahead (issue 13), on real stores.
+
+A runner claims as many tasks as its free threads plus a prefetch. Those tasks are RUNNING
+in the store from their claim, so the promises are about the store's records: a prefetch
+never takes what a bulkhead or a batch cap could not start, prefetched tasks keep their
+leases while they wait, and a shutdown hands the ones that never started back at once.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from taskfuse.core.states import TaskStatus
+from taskfuse.core.task import Task, TaskSpec
+from taskfuse.runtime import App, Runner
+from taskfuse.runtime.sweeper import sweep_once, sweeper_scheduler
+from taskfuse.store.sqlite import SQLiteStore
+from tests.runtime.conftest import JOIN_S
+
+RUNNING, SUCCESS, PENDING = TaskStatus.RUNNING, TaskStatus.SUCCESS, TaskStatus.PENDING
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = JOIN_S) -> bool:
+    """Whether `condition` held within `timeout` (asked every few milliseconds)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def add_noop(app: App) -> None:
+    @app.task("noop")
+    def noop(ctx: Any, payload: Any) -> Any:
+        return payload
+
+
+def warm(runner: Runner) -> None:
+    """Run short tasks until the runner has learned they are short: its prefetch opens."""
+    runner.submit_batch([runner.spec("noop", i) for i in range(40)], "warm")
+    assert runner.join(JOIN_S, batch_id="warm")
+    with runner.attempts.mu:
+        assert runner.attempts.prefetch_now() >= 4 * runner.workers
+
+
+def running(runner: Runner, tasks: list[Task]) -> list[str]:
+    """Which of `tasks` the store holds RUNNING now."""
+    return [t.task_id for t in tasks if runner.get(t.task_id).status is RUNNING]
+
+
+class FakeClock:
+    """The runner's and the sweeper's `now`; waits stay real (they are short here)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# -- 1. a prefetch never claims what a fuse could not start ---------------------------------
+
+
+def test_a_prefetch_never_claims_past_a_bulkhead(make_runner, tmp_path: Path) -> None:
+    app = App()
+    app.downstream("partner", bulkhead=1)
+    add_noop(app)
+    gate, started = threading.Semaphore(0), queue.Queue[str]()
+
+    @app.task("call", downstreams=("partner",))
+    def call(ctx: Any, payload: Any) -> Any:
+        with ctx.downstream("partner"):
+            started.put(ctx.task_id)
+            assert gate.acquire(timeout=JOIN_S)
+        return payload
+
+    runner = make_runner(app, store=SQLiteStore(tmp_path / "t.db"), workers=4)
+    warm(runner)  # a prefetch of 32 per thread is open now
+    calls = runner.submit_many([runner.spec("call", i) for i in range(6)])
+    done: list[str] = []
+    for i in range(6):
+        task_id = started.get(timeout=JOIN_S)
+        # the previous call's outcome is committed: whatever is RUNNING was claimed for it
+        assert wait_until(lambda: all(runner.get(t).status is SUCCESS for t in done))
+        assert running(runner, calls) == [task_id]  # the bulkhead's 1, none held ahead
+        if i == 0:  # the bulkhead is full: the other threads still take other work
+            free = runner.submit_batch([runner.spec("noop", j) for j in range(50)], "free")
+            assert runner.join(JOIN_S, batch_id="free")
+            assert {runner.get(t.task_id).status for t in free} == {SUCCESS}
+            assert running(runner, calls) == [task_id]
+        gate.release()
+        done.append(task_id)
+    assert runner.join(JOIN_S)
+    assert {runner.get(t.task_id).retry_count for t in calls} == {0}
+
+
+def test_a_prefetch_never_claims_past_a_batch_cap(make_runner, tmp_path: Path) -> None:
+    app = App()
+    add_noop(app)
+    gate, started = threading.Semaphore(0), queue.Queue[str]()
+
+    @app.task("hold")
+    def hold(ctx: Any, payload: Any) -> Any:
+        started.put(ctx.task_id)
+        assert gate.acquire(timeout=JOIN_S)
+        return payload
+
+    runner = make_runner(app, store=SQLiteStore(tmp_path / "t.db"), workers=4)
+    warm(runner)
+    tasks = runner.submit_batch([runner.spec("hold", i) for i in range(8)], "capped", cap=2)
+    first = {started.get(timeout=JOIN_S), started.get(timeout=JOIN_S)}
+    assert set(running(runner, tasks)) == first  # two threads idle, nothing held ahead
+    done: list[str] = []
+    for _ in range(6):
+        gate.release()
+        started.get(timeout=JOIN_S)
+        assert wait_until(lambda: sum(runner.get(t.task_id).status is SUCCESS
+                                      for t in tasks) == len(done) + 1)
+        done.append("")
+        assert len(running(runner, tasks)) == 2
+        with runner.attempts.mu:
+            assert not runner.attempts.buffer
+    for _ in range(2):
+        gate.release()
+    assert runner.join(JOIN_S)
+    assert runner.counts("capped")[SUCCESS] == 8
+
+
+# -- 2. prefetched tasks keep their leases ------------------------------------------------------
+
+
+def test_prefetched_tasks_keep_their_lease_past_its_length(make_runner, tmp_path: Path) -> None:
+    lease_s = 1.0
+    app = App(lease_s=lease_s)
+    add_noop(app)
+    release, began = threading.Event(), threading.Event()
+    ran: Counter[str] = Counter()
+
+    @app.task("first", priority=9)
+    def first(ctx: Any, payload: Any) -> Any:
+        began.set()
+        assert release.wait(JOIN_S)
+
+    @app.task("later")
+    def later(ctx: Any, payload: Any) -> Any:
+        ran[ctx.task_id] += 1
+
+    clock = FakeClock(1_000_000.0)
+    store = SQLiteStore(tmp_path / "t.db")
+    dead = app.scheduler(store)  # a worker that claimed a task and died: no heartbeats
+    [ghost] = dead.submit_many([TaskSpec("later")], clock())
+    dead.claim("dead-worker", clock())
+    runner = make_runner(app, store=store, workers=1, clock=clock, heartbeat_s=0.02)
+    warm(runner)
+    tasks = runner.submit_many([runner.spec("first"), *[runner.spec("later", i)
+                                                       for i in range(5)]])
+    assert began.wait(JOIN_S)
+    held = [t.task_id for t in tasks[1:]]
+    assert wait_until(lambda: running(runner, tasks[1:]) == held)  # claimed ahead...
+    assert not ran  # ...and waiting for the one thread
+    clock.t += 5 * lease_s  # far past the lease; the heartbeat renews them at the new time
+    assert wait_until(lambda: all(runner.get(t).heartbeat_at >= clock.t for t in held))
+    sweeper = sweeper_scheduler(store, lease_s=lease_s)
+    assert [t.task_id for t in sweep_once(sweeper, clock())] == [ghost.task_id]
+    assert running(runner, tasks) == [t.task_id for t in tasks]
+    release.set()
+    assert runner.join(JOIN_S)
+    assert set(ran) == {*held, ghost.task_id} and set(ran.values()) == {1}
+    assert {runner.get(t.task_id).retry_count for t in tasks} == {0}  # never taken back
+    assert runner.get(ghost.task_id).retry_count == 1
