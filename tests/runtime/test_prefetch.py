@@ -12,9 +12,11 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Task, TaskSpec
@@ -22,6 +24,7 @@ from taskfuse.runtime import App, Runner
 from taskfuse.runtime.sweeper import sweep_once, sweeper_scheduler
 from taskfuse.store.sqlite import SQLiteStore
 from tests.runtime.conftest import JOIN_S
+from tests.store.backends import drop_schema, need_pg, new_schema, pg_url
 
 RUNNING, SUCCESS, PENDING = TaskStatus.RUNNING, TaskStatus.SUCCESS, TaskStatus.PENDING
 
@@ -175,3 +178,69 @@ def test_prefetched_tasks_keep_their_lease_past_its_length(make_runner, tmp_path
     assert set(ran) == {*held, ghost.task_id} and set(ran.values()) == {1}
     assert {runner.get(t.task_id).retry_count for t in tasks} == {0}  # never taken back
     assert runner.get(ghost.task_id).retry_count == 1
+
+
+# -- 3. at shutdown, prefetched tasks go back at once ------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    """Opens a new connection to one store (SQLite file or PostgreSQL schema) each call."""
+    if request.param == "sqlite":
+        yield lambda: SQLiteStore(tmp_path / "t.db")
+        return
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = new_schema()
+    try:
+        yield lambda: PostgresStore(pg_url(schema))
+    finally:
+        drop_schema(schema)
+
+
+def test_shutdown_hands_prefetched_tasks_back_at_once(opener, make_runner) -> None:
+    app = App(lease_s=60.0)  # no lease lapses within this test: only the release moves them
+    add_noop(app)
+    release, began = threading.Event(), threading.Event()
+    ran: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    @app.task("first", priority=9)
+    def first(ctx: Any, payload: Any) -> Any:
+        began.set()
+        assert release.wait(JOIN_S)
+        with lock:
+            ran[ctx.task_id] += 1
+
+    @app.task("later")
+    def later(ctx: Any, payload: Any) -> Any:
+        with lock:
+            ran[ctx.task_id] += 1
+
+    old = make_runner(app, store=opener(), workers=1, worker_id="old")
+    warm(old)
+    tasks = old.submit_many([old.spec("first"), *[old.spec("later", i) for i in range(5)]])
+    held = tasks[1:]
+    assert began.wait(JOIN_S)
+    assert wait_until(lambda: len(running(old, held)) == 5)  # claimed ahead, never started
+    released: list[Task] = []
+    stopping = threading.Thread(target=lambda: released.extend(old.shutdown(grace_s=JOIN_S)))
+    stopping.start()
+    try:  # back while the running task still has its grace: at once, not at its end
+        assert wait_until(lambda: all(old.get(t.task_id).status is PENDING for t in held))
+        assert running(old, tasks) == [tasks[0].task_id]
+    finally:
+        release.set()
+        stopping.join(JOIN_S)
+    assert not stopping.is_alive()
+    assert sorted(t.task_id for t in released) == sorted(t.task_id for t in held)
+    for task in held:
+        back = old.get(task.task_id)
+        assert back.retry_count == 0 and back.worker_id is None  # a release uses no attempt
+    assert old.get(tasks[0].task_id).status is SUCCESS  # it finished within its grace
+    new = make_runner(app, store=opener(), workers=2, worker_id="new")
+    assert new.join(JOIN_S)
+    assert {new.get(t.task_id).status for t in tasks} == {SUCCESS}
+    assert set(ran) == {t.task_id for t in tasks} and set(ran.values()) == {1}
+    assert {new.get(t.task_id).worker_id for t in held} == {"new"}
