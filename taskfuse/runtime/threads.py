@@ -6,7 +6,8 @@ The runner is an interpreter of the core's answers; it never decides a delay, a 
 next status. What it adds is plumbing that keeps the store busy rather than waiting on it:
 
 * a **claimer** thread claims ready tasks in groups: as many as the free worker threads plus
-  a prefetch (outcomes waiting for their commit count against the prefetch only beyond it,
+  a prefetch (adaptive, and at least claim_batch - 1 per thread when the limits say so;
+  outcomes waiting for their commit count against the prefetch only beyond it,
   so a claim and a commit are in flight at once: `Attempts.want`), never a task whose
   downstream's bulkhead is already full of tasks held here, nor more at once than the
   fullest bulkhead has room for (`_bulkhead_room`), nor one whose previous attempt
@@ -158,7 +159,7 @@ class Runner:
         self.stats = RunnerStats()
         if prefetch is None:  # short tasks: enough to hide a claim's round trip; long ones:
             prefetch = min(_MAX_GROUP, _PREFETCH_PER_THREAD * workers)  # see Attempts.run_s
-        self.attempts = Attempts(workers, prefetch)
+        self.attempts = Attempts(workers, prefetch, app.limits.claim_batch - 1)
         self.stuck_after_s = stuck_after_s
         if stuck_threads_max is None:  # the limits' bound, else as many as the threads
             limits = app.limits

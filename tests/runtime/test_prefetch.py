@@ -20,6 +20,7 @@ import pytest
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Task, TaskSpec
+from taskfuse.limits.schema import Limits
 from taskfuse.runtime import App, Runner
 from taskfuse.runtime.sweeper import sweep_once, sweeper_scheduler
 from taskfuse.store.sqlite import SQLiteStore
@@ -244,3 +245,40 @@ def test_shutdown_hands_prefetched_tasks_back_at_once(opener, make_runner) -> No
     assert {new.get(t.task_id).status for t in tasks} == {SUCCESS}
     assert set(ran) == {t.task_id for t in tasks} and set(ran.values()) == {1}
     assert {new.get(t.task_id).worker_id for t in held} == {"new"}
+
+
+# -- 5. claim_batch means the same in the runtime as in the lab --------------------------------
+
+
+@pytest.mark.parametrize(("claim_batch", "held"), [(1, 2), (3, 6)])
+def test_claim_batch_is_how_many_tasks_a_thread_holds(make_runner, tmp_path: Path,
+                                                      claim_batch: int, held: int) -> None:
+    """Long tasks (the runner has seen none finish, so it takes them for long): by default a
+    thread holds only the task it runs; with claim_batch n it holds n, the one it runs and
+    n - 1 claimed ahead, as a worker of the lab does."""
+    app = App()
+    app.configure(Limits(claim_batch=claim_batch))
+    release = threading.Event()
+    began: queue.Queue[str] = queue.Queue()
+    ran: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    @app.task("hold")
+    def hold(ctx: Any, payload: Any) -> Any:
+        began.put(ctx.task_id)
+        assert release.wait(JOIN_S)
+        with lock:
+            ran[ctx.task_id] += 1
+
+    runner = make_runner(app, store=SQLiteStore(tmp_path / "t.db"), workers=2)
+    tasks = runner.submit_many([runner.spec("hold", i) for i in range(10)])
+    for _ in range(2):
+        began.get(timeout=JOIN_S)
+    assert wait_until(lambda: len(running(runner, tasks)) == held)
+    with runner.attempts.mu:  # the claimer wants no more: this is where it stays
+        assert runner.attempts.want() == 0
+        assert len(runner.attempts.buffer) == held - 2
+    assert len(running(runner, tasks)) == held
+    release.set()
+    assert runner.join(JOIN_S)
+    assert set(ran) == {t.task_id for t in tasks} and set(ran.values()) == {1}
