@@ -9,8 +9,9 @@ next status. What it adds is plumbing that keeps the store busy rather than wait
   a prefetch (adaptive, and at least claim_batch - 1 per thread when the limits say so;
   outcomes waiting for their commit count against the prefetch only beyond it,
   so a claim and a commit are in flight at once: `Attempts.want`), never a task whose
-  downstream's bulkhead is already full of tasks held here, nor more at once than the
-  fullest bulkhead has room for (`_bulkhead_room`), nor one whose previous attempt
+  downstream's bulkhead is already full of tasks held here (its size, plus a prefetch
+  while tasks are short), nor more at once than the fullest bulkhead has room for
+  (`_bulkhead_room`), nor one whose previous attempt
   is still stuck on a thread here. Idle, it waits for a
   submit, a completion, the store's notification (`wait_for_work`) or the core's next due
   time (`Idle.until`).
@@ -548,10 +549,14 @@ class Runner:
         more tasks any other bulkhead has room for (None: no bulkhead) (attempts.mu held).
 
         A claim skips the tasks of the full ones and takes no more than that room: every
-        task of its group might call the same downstream, and a task claimed past a
-        bulkhead's size could not start its call; it would sit RUNNING on a thread or in
-        the buffer, its lease and timeout counting, while a task of another downstream
-        waits PENDING. Tasks whose outcome waits for its commit hold nothing here."""
+        task of its group might call the same downstream, and a task claimed past what a
+        bulkhead can start soon would sit RUNNING on a thread or in the buffer, its lease and
+        timeout counting, while a task of another downstream waits PENDING. "Soon" is the
+        prefetch's: a bulkhead of k holds k tasks plus k times the prefetch per thread (its
+        permits work through them as fast as threads work through the buffer, about 50 ms
+        while tasks are short), and k only once tasks are long; without it a bulkhead of 1
+        cost a claim round trip per task (SQLite FULL: 280 tasks/s instead of 6,000). Tasks
+        whose outcome waits for its commit hold nothing here."""
         limits = {name: g.bulkhead.limit for name, g in self.scheduler.guards.items()
                   if g.bulkhead is not None}
         if not limits:
@@ -564,8 +569,10 @@ class Runner:
             for name in ctx.task.downstreams:
                 if name in limits:
                     held[name] = held.get(name, 0) + 1
-        full = frozenset(n for n, limit in limits.items() if held.get(n, 0) >= limit)
-        rooms = [limit - held.get(n, 0) for n, limit in limits.items() if n not in full]
+        ahead = at.prefetch_now() / max(1, at.live_threads)  # per permit, as per thread
+        room = {n: limit + int(limit * ahead) - held.get(n, 0) for n, limit in limits.items()}
+        full = frozenset(n for n, r in room.items() if r <= 0)
+        rooms = [r for r in room.values() if r > 0]
         return full, (min(rooms) if rooms else None)
 
     def _buffer(self, tasks: list[Task]) -> None:
@@ -615,6 +622,8 @@ class Runner:
                 retire = at.live_threads > self.workers
                 if retire:
                     at.live_threads -= 1
+            if ctx.task.downstreams:  # its bulkhead has room again: no need to await the commit
+                self._claim_wake.set()
             if retire:  # a replacement took this thread's place while it was stuck
                 return
 

@@ -72,7 +72,9 @@ class FakeClock:
 # -- 1. a prefetch never claims what a fuse could not start ---------------------------------
 
 
-def test_a_prefetch_never_claims_past_a_bulkhead(make_runner, tmp_path: Path) -> None:
+def test_long_tasks_are_never_claimed_past_a_bulkhead(make_runner, tmp_path: Path) -> None:
+    """Tasks the runner takes for long (it has seen none finish): a bulkhead of 1 with 4
+    threads, and exactly one of its tasks is RUNNING at any step."""
     app = App()
     app.downstream("partner", bulkhead=1)
     add_noop(app)
@@ -86,7 +88,6 @@ def test_a_prefetch_never_claims_past_a_bulkhead(make_runner, tmp_path: Path) ->
         return payload
 
     runner = make_runner(app, store=SQLiteStore(tmp_path / "t.db"), workers=4)
-    warm(runner)  # a prefetch of 32 per thread is open now
     calls = runner.submit_many([runner.spec("call", i) for i in range(6)])
     done: list[str] = []
     for i in range(6):
@@ -94,8 +95,8 @@ def test_a_prefetch_never_claims_past_a_bulkhead(make_runner, tmp_path: Path) ->
         # the previous call's outcome is committed: whatever is RUNNING was claimed for it
         assert wait_until(lambda: all(runner.get(t).status is SUCCESS for t in done))
         assert running(runner, calls) == [task_id]  # the bulkhead's 1, none held ahead
-        if i == 0:  # the bulkhead is full: the other threads still take other work
-            free = runner.submit_batch([runner.spec("noop", j) for j in range(50)], "free")
+        if i == 5:  # the bulkhead is full: the other threads still take other work
+            free = runner.submit_batch([runner.spec("noop", j) for j in range(20)], "free")
             assert runner.join(JOIN_S, batch_id="free")
             assert {runner.get(t.task_id).status for t in free} == {SUCCESS}
             assert running(runner, calls) == [task_id]
@@ -103,6 +104,39 @@ def test_a_prefetch_never_claims_past_a_bulkhead(make_runner, tmp_path: Path) ->
         done.append(task_id)
     assert runner.join(JOIN_S)
     assert {runner.get(t.task_id).retry_count for t in calls} == {0}
+
+
+def test_short_tasks_are_claimed_past_a_bulkhead_by_its_prefetch_only(
+        make_runner, tmp_path: Path) -> None:
+    """Short tasks: a bulkhead of k holds k plus k times the prefetch per thread, as the
+    threads hold theirs (about 50 ms of work ahead), and not one more."""
+    app = App()
+    app.downstream("partner", bulkhead=2)
+    add_noop(app)
+    release = threading.Event()
+
+    @app.task("call", downstreams=("partner",))
+    def call(ctx: Any, payload: Any) -> Any:
+        with ctx.downstream("partner"):
+            assert release.wait(JOIN_S)
+        return payload
+
+    runner = make_runner(app, store=SQLiteStore(tmp_path / "t.db"), workers=4)
+    warm(runner)
+    with runner.attempts.mu:
+        per_thread = runner.attempts.prefetch_now() // 4
+    assert per_thread == 32  # the most there is: 128 for 4 threads
+    bound = 2 + 2 * per_thread
+    calls = runner.submit_many([runner.spec("call", i) for i in range(bound + 30)])
+    assert wait_until(lambda: len(running(runner, calls)) == bound)
+    with runner.attempts.mu:
+        full, _ = runner._bulkhead_room()
+        assert full == {"partner"}  # the claimer takes none of them until one finishes
+        assert runner.attempts.busy() == 4  # two inside, two queued for a permit
+    assert len(running(runner, calls)) == bound
+    release.set()
+    assert runner.join(JOIN_S)
+    assert {runner.get(t.task_id).status for t in calls} == {SUCCESS}
 
 
 def test_a_prefetch_never_claims_past_a_batch_cap(make_runner, tmp_path: Path) -> None:
