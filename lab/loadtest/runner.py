@@ -454,7 +454,7 @@ def _unsupported(scenario: Scenario) -> list[str]:
     if scenario.faults:
         notes.append("faults: worker crashes are not injected (threads are never killed)")
     if scenario.claim_batch > 1:
-        notes.append("claim_batch: the threaded runtime claims one task at a time")
+        notes.append("claim_batch: the runtime's threads share one queue of claimed tasks")
     if scenario.workers == "unbounded":
         notes.append(f"workers: unbounded runs as at most {UNBOUNDED_WORKERS} worker threads")
     return notes

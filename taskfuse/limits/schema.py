@@ -296,6 +296,9 @@ class Limits(Strict):
     #: How many stuck worker threads the runner replaces with new ones (None: as many as
     #: `workers`); past it, every further stuck thread shrinks the pool until one returns.
     stuck_threads_max: Annotated[int, Field(ge=0, le=MAX_WORKERS)] | None = None
+    #: Tasks a worker thread holds at once, the one it runs and claim_batch - 1 claimed ahead
+    #: (RUNNING from their claim), in the lab and the runtime alike; the runtime prefetches
+    #: more on its own while tasks are short (scenarios/README.md).
     claim_batch: Annotated[int, Field(ge=1, le=10_000)] = 1
     watchdog_interval_s: PosFloat = 1.0
     task_timeout_s: PosFloat = 60.0

@@ -4,7 +4,8 @@ An attempt is the RUNNING record a claim returned (task_id, version). Between it
 the commit of its outcome it is in exactly one of three places here:
 
 * **buffered**: claimed, waiting for a free worker thread (a prefetch of at most `prefetch`
-  beyond the threads, so a claim round trip overlaps with work);
+  beyond the threads while tasks are short, so a claim round trip overlaps with work, and
+  at least `ahead_per_thread` per thread whatever their length: the limits' claim_batch);
 * **running**: a worker thread executes it (`TaskContext`);
 * **committing**: its outcome waits for the completer's next group commit.
 
@@ -60,6 +61,9 @@ class Attempts:
 
     workers: int
     prefetch: int
+    #: Tasks claimed ahead per thread whatever their run time: the limits' `claim_batch` - 1
+    #: (a thread holds claim_batch tasks, as a worker of the lab does).
+    ahead_per_thread: int = 0
     mu: threading.Lock = field(default_factory=threading.Lock)
     buffer: deque[TaskContext] = field(default_factory=deque)
     running: dict[AttemptKey, TaskContext] = field(default_factory=dict)
@@ -103,9 +107,10 @@ class Attempts:
     def prefetch_now(self) -> int:
         """The prefetch the tasks' run times allow: claimed-but-waiting tasks wait about
         `buffer / threads x run time`, kept under PREFETCH_WAIT_S: enough to hide a claim's
-        round trip behind short tasks, nothing that would show in a task's duration."""
+        round trip behind short tasks, nothing that would show in a task's duration. A
+        claim_batch above 1 asks for more on purpose: `ahead_per_thread` per thread always."""
         allowed = int(PREFETCH_WAIT_S * max(1, self.live_threads) / max(self.run_s, 1e-6))
-        return min(self.prefetch, allowed)
+        return max(min(self.prefetch, allowed), self.ahead_per_thread * self.live_threads)
 
     def observe(self, run_s: float) -> None:
         """Learn from one finished attempt how long tasks run."""
