@@ -121,6 +121,20 @@ def test_scaling_time_is_a_change_of_unit() -> None:
         assert fast["downstreams"]["partner"][key] == plain["downstreams"]["partner"][key]
 
 
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_scaling_covers_hangs_kinds_and_respawns(executor: str) -> None:
+    text = (ROOT / "scenarios" / "hung-tasks.yaml").read_text()
+    sc = scenario(text.replace("executor: thread", f"executor: {executor}, timeout_s: 5"))
+    plain = run_scenario(sc).report
+    fast = scale_scenario(sc, 0.1)
+    assert fast.kinds["sync"].timeout_s == pytest.approx(0.5)
+    assert fast.process_respawn_s == pytest.approx(0.02)
+    report = run_scenario(fast).report
+    assert report["makespan_s"] == pytest.approx(plain["makespan_s"] * 0.1, rel=1e-2)
+    assert report["stuck_workers"]["peak"] == plain["stuck_workers"]["peak"]
+    assert report["workers_killed"] == plain["workers_killed"]
+
+
 def test_scaling_keeps_counts_and_pins_the_default_burst() -> None:
     sc = scenario(SMALL.replace("burst: 5", "") + "\nbusiness: {pool: db, rate: 5, query: 0.01}")
     fast = scale_scenario(sc, 0.5)
