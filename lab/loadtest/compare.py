@@ -25,6 +25,9 @@ _TOP = ["makespan_s", "throughput_per_s", "tasks.SUCCESS", "tasks.FAILED", "task
 _DOWNSTREAM = ["calls", "ok", "rejected_429", "errors", "timeouts", "call_retries",
                "breaker_rejections", "max_in_flight", "breaker_opens", "peak_rps",
                "latency_p99_s"]
+#: Hung tasks: compared when either run had a stuck worker or killed a process.
+_STUCK = ["stuck_workers.peak", "stuck_workers.mean", "stuck_workers.replaced",
+          "stuck_workers.retired", "workers_killed"]
 _POOL = ["max_in_use", "acquires", "wait_mean_s", "wait_p99_s", "timeouts"]
 _BUSINESS = ["requests", "p50_s", "p99_s", "timeouts", "errors", "rejected_by_breaker",
              "breaker_opens"]
@@ -39,9 +42,12 @@ class Row:
     flagged: bool
 
 
-def metric_paths(report: dict[str, Any]) -> list[str]:
-    """The compared key paths that exist in this scenario's report."""
+def metric_paths(report: dict[str, Any], other: dict[str, Any] | None = None) -> list[str]:
+    """The compared key paths that exist in this scenario's report (the stuck workers'
+    when either report shows a hang: elsewhere they are 0 = 0 rows)."""
     paths = list(_TOP)
+    if any(lookup(r, p) for r in (report, other or {}) for p in _STUCK):
+        paths += _STUCK
     for name in report["downstreams"]:
         paths += [f"downstreams.{name}.{k}" for k in _DOWNSTREAM]
     for name in report["pools"]:
@@ -65,7 +71,7 @@ def compare_reports(simulated: dict[str, Any], real: dict[str, Any], tolerance: 
     """One Row per compared metric, flagged when beyond tolerance and noise (module doc)."""
     time_floor = REAL_TIME_FLOOR_S / time_scale
     rows = []
-    for path in metric_paths(simulated):
+    for path in metric_paths(simulated, real):
         a, b = lookup(simulated, path), lookup(real, path)
         rel = None
         if a is not None and b is not None:

@@ -17,6 +17,8 @@ The order of a run, and why:
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import random
 import sys
 import tempfile
@@ -37,13 +39,14 @@ from lab.loadtest.connections import Connections
 from lab.loadtest.harness import HarnessStats
 from lab.loadtest.harness import warnings as harness_warnings
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
+from lab.loadtest.proctask import ProcessTasks, run_task, world_of
 from lab.loadtest.record import gateway_meta, limits_meta
 from lab.loadtest.scale import scale_scenario
 from lab.loadtest.servers import ProviderServers
 from lab.loadtest.view import make_view
 from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
 from lab.report import build_report
-from lab.scenario import BatchSpec, Scenario, ScenarioError
+from lab.scenario import BatchSpec, Scenario, ScenarioError, Step
 from lab.timeline import TimelineRecorder, header, series_names
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
@@ -64,6 +67,11 @@ UNBOUNDED_WORKERS = 4000
 MIN_REAL_SAMPLE_S = 0.05
 #: Connections opened to each downstream before the run (at most; one per worker below it).
 WARM_CONNECTIONS = 64
+#: A thread whose attempt was stopped (timeout, cancel) counts as stuck this long (real
+#: seconds) after the stop if it has not returned. The simulator counts it stuck at once;
+#: the runtime's default is 1 s. A quarter second is long against a thread that honours
+#: its stop or kills its task process (a few milliseconds), short against a real hang.
+STUCK_AFTER_REAL_S = 0.25
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 _SCALED_VALUES = (EventKind.CALL, EventKind.WAIT)
 
@@ -101,6 +109,9 @@ class EventSink:
         self.lock = threading.Lock()
         self.last_end: float | None = None
         self.frozen = False
+        #: Attempts and calls of `process` kinds, which only the runtime's events show.
+        self.processes: ProcessTasks | None = None
+        self.calls: dict[str, Any] = {}
 
     def __call__(self, event: Event) -> None:
         """From the runtime (its lock held): wall-clock time, real-second values."""
@@ -119,6 +130,8 @@ class EventSink:
             self.metrics(scaled)
             if event.kind == EventKind.MOVE and event.dst in _TERMINAL:
                 self.last_end = scaled.t
+            if self.processes is not None:
+                self.processes.event(scaled, self.calls)
         self.scenario_event(scaled)
 
     def scenario_event(self, event: Event) -> None:
@@ -181,6 +194,7 @@ class LoadTest:
 
     def _build(self, stack: ExitStack) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loadtest-")))
+        self.world_path = workdir / "process-world.json"
         self.servers = stack.enter_context(ProviderServers(
             {n: d.provider for n, d in self.scaled.downstreams.items()}, self.seed))
         for name, port in self.servers.ports.items():
@@ -194,9 +208,17 @@ class LoadTest:
         # simulator builds it); the seed makes trace ids and jitter the simulator's.
         self.app = App.from_limits(whole_fleet(self.scaled.limits()), self.scaled.name,
                                    seed=self.seed)
+        self.process_kinds = {k for k, v in self.app.limits.kinds.items()
+                              if v.executor == "process"}
+        #: Programs of `process` kinds by the simulator's program index (the order they
+        #: are compiled in), with the most attempts that may run each.
+        self.process_programs: dict[int, tuple[list[Step], int]] = {}
+        self._compiled = 0
         self.makers = [self._task_factory(batch) for batch in self.scaled.batches]
         self.runner = Runner(self.app, self.store, workers=self.workers, worker_id="loadtest",
-                             sinks=[self.sink])
+                             sinks=[self.sink], stuck_after_s=STUCK_AFTER_REAL_S)
+        if self.process_programs:
+            self._process_world()
         for name, pool in self.pools.items():  # the runtime's FIFO section is each pool's queue
             pool.attach(self.runner.pools[name])
         self.business = self._business()
@@ -207,6 +229,31 @@ class LoadTest:
             self.pools, self.business.gateway if self.business else None, self.metrics,
             self.alerts, self.workers)
         self.recorder = self._open_trace(stack)
+
+    def _process_world(self) -> None:
+        """Programs of `process` kinds run in the runtime's task processes (proctask.py):
+        they read their world from a file, and count through the runtime's events."""
+        urls = {name: self.servers.url(name) for name in self.scaled.downstreams}
+        world = world_of(self.scaled, self.process_programs, urls, self.seed,
+                         str(self.world_path.with_suffix(".counters")))
+        self.world_path.write_text(json.dumps(world))
+        self.sink.processes = ProcessTasks()
+        self.sink.calls = {name: client.stats for name, client in self.clients.items()}
+        # Task processes fork from the runtime's fork server, and each imports the main
+        # module (the lab command: half a second of imports on this machine, longer than
+        # a scaled timeout) and the task's module. Loaded in the server once, they cost a
+        # respawned process nothing: the scenario's respawn is the kill and the fork, not
+        # this harness's imports. The server preloads what the main module imports (its
+        # own "__main__" preload needs a key Python 3.11 does not pass). No effect if the
+        # server already runs.
+        multiprocessing.get_context("forkserver").set_forkserver_preload(
+            ["taskfuse.runtime.procworker", "lab.loadtest.proctask", "lab.loadtest.runner",
+             "lab.cli"])
+        # Started (and its preloads done) now rather than by the first task: a worker that
+        # has run for a while has its fork server, and the simulator has no start-up.
+        warm = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
+        warm.start()
+        warm.join()
 
     def _clients(self, stack: ExitStack) -> dict[str, DownstreamClient]:
         clients = {}
@@ -326,6 +373,16 @@ class LoadTest:
         stats.lost_races = self.runner.stats.discarded
         stats.submitted = self.submitted
         stats.duplicates = self.duplicates
+        runner = self.runner.stats
+        stats.replaced, stats.retired = runner.replaced, runner.retired
+        stats.killed = self.runner.procs.killed
+        processes = self.sink.processes
+        if processes is not None:
+            stats.attempts += processes.attempts
+            stats.first_waits = [*stats.first_waits, *processes.first_waits]
+            for name, client in self.clients.items():
+                client.stats.max_in_flight = max(client.stats.max_in_flight,
+                                                 processes.max_in_flight(name))
         for name, ds in self.view.downstreams.items():
             ds.provider.abandoned = int(server_stats.get(name, {}).get("abandoned", 0))
 
@@ -370,10 +427,27 @@ class LoadTest:
         """Task specs of one arrival, made by the simulator's own factory (ids, DAG, keys)."""
         for kind in {batch.kind, *(c.kind for c in batch.children)}:
             if kind not in self.app.tasks:
-                self.app.task(kind)(self.programs.run)
-        return TaskFactory(batch, self.scaled, self.programs.compile(batch.program),
-                           [self.programs.compile(c.program) for c in batch.children],
+                process = kind in self.process_kinds  # the runtime moves it to a process
+                self.app.task(kind)(run_task if process else self.programs.run)
+        return TaskFactory(batch, self.scaled, self._payload(batch.kind, batch.program),
+                           [self._payload(c.kind, c.program) for c in batch.children],
                            self.seed)
+
+    def _payload(self, kind: str, program: list[Step]) -> Any:
+        """What a task of `kind` is given: its compiled program's index on a thread; for a
+        `process` kind, where a task process finds the program (proctask.py)."""
+        index, self._compiled = self._compiled, self._compiled + 1
+        if kind not in self.process_kinds:
+            return self.programs.compile(program)
+        self.process_programs[index] = (program, self._most_attempts())
+        return {"world": str(self.world_path), "program": index}
+
+    def _most_attempts(self) -> int:
+        """Attempts that may reach a step of one program, at most (deferrals aside)."""
+        sc = self.scaled
+        retries = [sc.retry.max_retry, *(k.max_retry or 0 for k in sc.kinds.values()),
+                   *(b.max_retry or 0 for b in sc.batches)]
+        return sum(b.most_tasks for b in sc.batches) * (1 + max(retries)) + 16
 
     def _arrivals(self, batch: BatchSpec, make: TaskFactory) -> None:
         """One batch's arrivals in real time, at the simulator's arrival times."""
@@ -387,6 +461,9 @@ class LoadTest:
     def _submit(self, specs: list[TaskSpec], batch: BatchSpec) -> None:
         if not specs:
             return
+        if self.sink.processes is not None:  # before the submit: its events must match
+            self.sink.processes.add([s.task_id for s in specs
+                                     if s.kind in self.process_kinds and s.task_id])
         self.runner.submit_many(specs, batch_id=batch.id)
         again = duplicates_of(specs, batch, self.seed)
         if again:
@@ -411,7 +488,10 @@ class LoadTest:
         now = self.clock.now()
         gateway = self.business.gateway.lock if self.business else nullcontext()
         with gateway:
-            self.metrics.stuck_share = len(self.runner.stuck_threads()) / self.workers
+            stuck = len(self.runner.stuck_threads())
+            self.metrics.stuck_share = stuck / self.workers
+            stats = self.view.stats  # sampled: hangs last far longer than a sample's interval
+            stats.stuck_changed(now, stuck - stats.stuck)
             self.alerts.evaluate(now)
             if self.recorder is not None:
                 row = self.recorder.row(self.view, now)  # type: ignore[arg-type]
@@ -457,6 +537,16 @@ def _unsupported(scenario: Scenario) -> list[str]:
         notes.append("claim_batch: the runtime's threads share one queue of claimed tasks")
     if scenario.workers == "unbounded":
         notes.append(f"workers: unbounded runs as at most {UNBOUNDED_WORKERS} worker threads")
+    process = sorted(k for k, v in scenario.kinds.items() if v.executor == "process")
+    if process:
+        notes.append(f"executor: process ({', '.join(process)}): calls made from task "
+                     "processes are not in the harness's overhead figures")
+        retrying = sorted(n for n, d in scenario.downstreams.items()
+                          if d.client.retry.max_retry > 0)
+        if retrying:
+            notes.append(f"executor: process: a task process's call is one attempt (the "
+                         f"runtime offers it no per-call retry), so {', '.join(retrying)}'s "
+                         "client retries are not made by those kinds")
     return notes
 
 

@@ -55,9 +55,14 @@ class _Scaler:
                 node[key] = node[key] / self.f
 
     def scenario(self, doc: Doc) -> None:
-        self.t(doc, "horizon_s", "sample_interval_s", "watchdog_interval_s", "task_timeout_s")
+        self.t(doc, "horizon_s", "sample_interval_s", "watchdog_interval_s", "task_timeout_s",
+               "process_respawn_s")
         self.retry(doc["retry"])
-        self.t(doc["sweeper"], "interval_s", "lease_s", "max_pending_age_s")
+        for kind in doc["kinds"].values():
+            self.t(kind, "timeout_s")
+            if kind.get("retry") is not None:
+                self.retry(kind["retry"])
+        self.t(doc["sweeper"], "interval_s", "lease_s", "heartbeat_s", "max_pending_age_s")
         for pool in doc["pools"].values():
             self.t(pool, "acquire_timeout_s")
             self.windows(pool["outages"])
@@ -70,7 +75,7 @@ class _Scaler:
             self.batch(batch)
         for fault in doc["faults"]:
             self.t(fault, "at_s")
-        self.t(doc["alerts"], "running_for_s", "queue_for_s")
+        self.t(doc["alerts"], "running_for_s", "queue_for_s", "stuck_for_s")
         baseline = doc["alerts"]["p99_baseline_s"]
         for key in baseline:
             baseline[key] *= self.f
@@ -141,6 +146,8 @@ class _Scaler:
                 step["work"] = self.dist(step["work"])
             elif "db" in step:
                 step["db"]["query"] = self.dist(step["db"]["query"])
+            elif "hang" in step:
+                step["hang"]["duration"] = self.dist(step["hang"]["duration"])
 
     def dist(self, d: Doc) -> Doc:
         """A duration distribution scaled by F (the same shape, its values times F)."""

@@ -107,6 +107,7 @@ class RunnerStats:
     released: int = 0  # RUNNING tasks handed back to PENDING at shutdown
     groups: int = 0  # commit groups written
     replaced: int = 0  # stuck worker threads replaced by new ones
+    retired: int = 0  # stuck threads that returned to a full pool and ended
 
 
 def default_worker_id() -> str:
@@ -622,6 +623,7 @@ class Runner:
                 retire = at.live_threads > self.workers
                 if retire:
                     at.live_threads -= 1
+                    self.stats.retired += 1
             if ctx.task.downstreams:  # its bulkhead has room again: no need to await the commit
                 self._claim_wake.set()
             if retire:  # a replacement took this thread's place while it was stuck

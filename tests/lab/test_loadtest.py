@@ -121,6 +121,20 @@ def test_scaling_time_is_a_change_of_unit() -> None:
         assert fast["downstreams"]["partner"][key] == plain["downstreams"]["partner"][key]
 
 
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_scaling_covers_hangs_kinds_and_respawns(executor: str) -> None:
+    text = (ROOT / "scenarios" / "hung-tasks.yaml").read_text()
+    sc = scenario(text.replace("executor: thread", f"executor: {executor}, timeout_s: 5"))
+    plain = run_scenario(sc).report
+    fast = scale_scenario(sc, 0.1)
+    assert fast.kinds["sync"].timeout_s == pytest.approx(0.5)
+    assert fast.process_respawn_s == pytest.approx(0.02)
+    report = run_scenario(fast).report
+    assert report["makespan_s"] == pytest.approx(plain["makespan_s"] * 0.1, rel=1e-2)
+    assert report["stuck_workers"]["peak"] == plain["stuck_workers"]["peak"]
+    assert report["workers_killed"] == plain["workers_killed"]
+
+
 def test_scaling_keeps_counts_and_pins_the_default_burst() -> None:
     sc = scenario(SMALL.replace("burst: 5", "") + "\nbusiness: {pool: db, rate: 5, query: 0.01}")
     fast = scale_scenario(sc, 0.5)
@@ -334,3 +348,69 @@ def test_child_process_runs_only_on_loopback() -> None:
     with ProviderServers({"p": spec}, seed=0) as servers:
         assert servers.url("p").startswith("http://127.0.0.1:")
         assert servers.pid is not None and servers.pid != os.getpid()
+
+
+# -- hung tasks: stuck threads, killed task processes ----------------------------------------
+
+# 12 tasks on 3 threads (one replacement at most); seed 1 makes 3 attempts hang for 30 s,
+# far past the 3 s timeout and the whole run (simulated: 3 TIMEOUT, 3 threads stuck).
+TINY_HUNG = """
+name: tiny-hung
+seed: 1
+horizon_s: 600
+workers: 3
+stuck_threads_max: 1
+task_timeout_s: 3
+watchdog_interval_s: 0.1
+retry: {max_retry: 0}
+kinds:
+  sync: {executor: EXECUTOR}
+downstreams:
+  partner:
+    provider:
+      latency: {dist: constant, value: 0.1}
+    client: {timeout_s: 1}
+batches:
+  - id: skus
+    kind: sync
+    count: 12
+    program:
+      - call: {downstream: partner, count: 1}
+      - hang: {probability: 0.25, duration: 30}
+      - work: 0.2
+"""
+
+
+def _hung_run(tmp_path: Path, executor: str) -> tuple[dict, dict]:
+    """The simulation and a load test (a fresh interpreter: its fork server is the load
+    test's own, with its preloads) of the tiny hung scenario."""
+    path = write(tmp_path, TINY_HUNG.replace("EXECUTOR", executor))
+    simulated = run_scenario(scenario(path.read_text())).report
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab.cli", "loadtest", str(path), "--time-scale", str(SCALE),
+         "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return simulated, json.loads(proc.stdout)
+
+
+def test_a_load_test_of_hung_threads_reports_them_stuck_and_replaced(tmp_path) -> None:
+    simulated, real = _hung_run(tmp_path, "thread")
+    assert simulated["tasks"]["TIMEOUT"] == 3 and simulated["stuck_workers"]["peak"] == 3
+    assert real["tasks"]["TIMEOUT"] == 3 and real["tasks"]["SUCCESS"] == 9
+    stuck = real["stuck_workers"]
+    # Three hung threads of three: the pool is empty until one is replaced (the bound).
+    assert stuck["peak"] >= 2 and stuck["replaced"] == 1 and stuck["mean"] > 0
+    assert real["workers_killed"] == 0
+    rows = {r.metric: r for r in compare_reports(simulated, real, TOLERANCE, SCALE)}
+    assert rows["stuck_workers.peak"].simulated == 3 and "workers_killed" in rows
+
+
+def test_a_load_test_of_a_process_kind_kills_the_hung_attempts(tmp_path) -> None:
+    simulated, real = _hung_run(tmp_path, "process")
+    assert simulated["workers_killed"] == 3
+    assert real["tasks"]["TIMEOUT"] == 3 and real["tasks"]["SUCCESS"] == 9
+    assert real["workers_killed"] == 3  # the same attempts hang: the simulator's streams
+    assert real["stuck_workers"] == {"peak": 0, "mean": 0.0, "replaced": 0, "retired": 0}
+    assert real["downstreams"]["partner"]["calls"] == 12  # counted from the runtime's events
+    assert real["attempts"] == 12
+    assert any("executor: process" in note for note in real["loadtest"]["unsupported"])

@@ -67,6 +67,7 @@ def test_stuck_threads_are_counted_exactly_and_replaced_up_to_the_bound(make_run
     _wait(lambda: not runner.stuck_threads(), "no thread is stuck any more")
     _wait(lambda: runner.attempts.live_threads == 2, "the extra thread retired")
     assert runner.stats.discarded == 3
+    assert runner.stats.retired == runner.stats.replaced  # every replacement's place given back
 
 
 @pytest.mark.parametrize("overlap", [False, True])
