@@ -26,6 +26,7 @@ from typing import Any
 
 from lab.loadtest.pools import PoolError, RealPool
 from lab.loadtest.record import DbRecorder
+from lab.model.arrivals import poisson_times
 from lab.model.business import GatewayCounters
 from lab.scenario import Business as BusinessSpec
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
@@ -118,7 +119,7 @@ class BusinessLoad:
         self.pool = pool
         self.clock = clock
         self.gateway = Gateway(spec, clock, emit)
-        self.expo = random.Random(f"{seed}:business").expovariate
+        self.arrival_rng = random.Random(f"{seed}:business")  # the simulator's stream
         self.query = _locked(real_spec.query.sampler(random.Random(f"{seed}:business-query")))
         self.max_concurrency = max_concurrency
         self.in_flight = 0
@@ -146,28 +147,11 @@ class BusinessLoad:
                 thread.join(timeout=5.0)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def _rate(self, now: float) -> tuple[float, float | None]:
-        """The arrival rate now, and when it next changes (real seconds)."""
-        rate, change = self.spec.rate, None
-        for step in sorted(self.spec.schedule, key=lambda s: s.at_s):
-            if step.at_s <= now:
-                rate = step.rate
-            elif change is None:
-                change = step.at_s
-        return rate, change
-
     def _arrivals(self) -> None:
-        next_at = self.clock.elapsed()
-        while not self._stop.is_set():
-            rate, change = self._rate(next_at)
-            gap = self.expo(rate) if rate > 0 else float("inf")
-            if change is not None and next_at + gap >= change:
-                next_at = change  # memoryless: redraw at the new rate from the change
-                continue
-            if gap == float("inf"):
-                return
-            next_at += gap
-            if self._stop.wait(max(0.0, next_at - self.clock.elapsed())):
+        """The shared Poisson clock (`poisson_times`), at the scaled rates, in real time."""
+        steps = [(s.at_s, s.rate) for s in self.spec.schedule]
+        for at in poisson_times(self.spec.rate, steps, self.arrival_rng, self.clock.elapsed()):
+            if self._stop.wait(max(0.0, at - self.clock.elapsed())):
                 return
             self._arrive()
 

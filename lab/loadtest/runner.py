@@ -55,6 +55,7 @@ from taskfuse.core.storeapi import Store
 from taskfuse.core.task import TaskSpec
 from taskfuse.limits.build import alert_rules, running_limit, whole_fleet
 from taskfuse.runtime import App, Runner
+from taskfuse.runtime.sweeper import run_sweeper
 from taskfuse.store import open_store, redact_url
 from taskfuse.store.memory import MemoryStore
 from taskfuse.trace import TraceWriter, compact
@@ -502,12 +503,11 @@ class LoadTest:
             _progress(now, self.sc.horizon_s)
 
     def _sweep_loop(self) -> None:
-        """The orphan sweeper, on the scenario's interval (the simulator runs it too)."""
-        interval = self.scaled.sweeper.interval_s
-        while not self.stopping.wait(interval):
-            with self.runner.lock:
-                if self.runner.scheduler.sweep(time.time()):
-                    self.runner.work_changed()
+        """The orphan sweeper, on the scenario's interval (the simulator runs it too): the
+        runtime's own loop, passes under the fuse lock, a move wakes the claimer."""
+        run_sweeper(self.runner.scheduler, every_s=self.scaled.sweeper.interval_s,
+                    stop=self.stopping, clock=self.runner.clock, lock=self.runner.lock,
+                    on_moved=lambda _moved: self.runner.work_changed())
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 The simulator waits for an arrival in virtual time, the load test in real time; both ask
 this module *when* (`arrivals`) and *what* (`TaskFactory`), so the same seed gives the same
 arrival times, task ids, DAG children and idempotency keys in a simulation and in a real
-run. Arrival times are generated lazily, one at a time: a Poisson batch of a million tasks
-never holds a million timestamps.
+run. Business requests arrive by the same Poisson clock (`poisson_times`, which `arrivals`
+uses too). Arrival times are generated lazily, one at a time: a Poisson batch of a million
+tasks never holds a million timestamps.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,21 +33,46 @@ def arrivals(arrival: Arrival, count: int, horizon_s: float,
         if count:
             yield start, 0, count
         return
+    if count <= 0:
+        return
+    times = poisson_times(arrival.rate or 0.0, [(s.at_s, s.rate) for s in arrival.steps],
+                          rng, start, horizon_s)
+    for i, at in enumerate(times):
+        yield at, i, i + 1
+        if i + 1 >= count:
+            return
+
+
+def poisson_times(rate: float, steps: Sequence[tuple[float, float]], rng: random.Random,
+                  start: float = 0.0, until: float = math.inf) -> Iterator[float]:
+    """Arrival times of a Poisson stream from `start`: gaps drawn from `rng` at the rate in
+    force (`rate`, then each `(at_s, rate)` step from its time on). A gap that would cross a
+    change is drawn again from the change (memorylessness makes that exact). No gap is drawn
+    from a time at or past `until`; a rate of 0 with no change to come ends the stream.
+
+    One copy for the batches' arrivals, the simulated business traffic and the load test's.
+    """
     expo = rng.expovariate
-    steps = sorted((s.at_s, s.rate) for s in arrival.steps)
-    at, i = start, 0
-    while i < count and at < horizon_s:
-        rate = rate_at(arrival.rate or 0.0, steps, at)
+    steps = sorted(steps)
+    at = start
+    if not steps:  # a constant rate: the tight loop
+        if rate <= 0:
+            return
+        while at < until:
+            at += expo(rate)
+            yield at
+        return
+    while at < until:
+        now_rate = rate_at(rate, steps, at)
         change = next((t for t, _ in steps if t > at), None)
-        gap = expo(rate) if rate > 0 else float("inf")
+        gap = expo(now_rate) if now_rate > 0 else math.inf
         if change is not None and at + gap >= change:
             at = change
             continue
-        if gap == float("inf"):
+        if gap == math.inf:
             return
         at += gap
-        yield at, i, i + 1
-        i += 1
+        yield at
 
 
 def rate_at(base: float, steps: list[tuple[float, float]], now: float) -> float:

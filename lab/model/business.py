@@ -17,6 +17,7 @@ import random
 
 import simpy
 
+from lab.model.arrivals import poisson_times
 from lab.model.pool import Pool
 from lab.scenario import Business as BusinessSpec
 from taskfuse.core.breaker import CircuitBreaker
@@ -54,49 +55,20 @@ class BusinessTraffic(GatewayCounters):
         self.env = env
         self.spec = spec
         self.pool = pool
-        self.expo = arrival_rng.expovariate
         self.query = spec.query.sampler(query_rng)
         self.timeout = spec.gateway_timeout_s
-        self.steps = sorted((s.at_s, s.rate) for s in spec.schedule)
+        self.arrival_rng = arrival_rng
         self.stopped = False
         super().__init__(breaker)
 
-    def rate_at(self, now: float) -> float:
-        rate = self.spec.rate
-        for at, r in self.steps:
-            if at <= now:
-                rate = r
-        return rate
-
-    def next_change(self, now: float) -> float | None:
-        return next((at for at, _ in self.steps if at > now), None)
-
     def run(self):  # type: ignore[no-untyped-def]
-        """The arrival process: Poisson gaps at the current rate, jumping at rate changes."""
+        """The arrival process: the shared Poisson clock (`poisson_times`), in virtual time."""
         env = self.env
-        if not self.steps:  # a constant rate: the tight loop
-            rate, expo = self.spec.rate, self.expo
-            if rate <= 0:
+        steps = [(s.at_s, s.rate) for s in self.spec.schedule]
+        for at in poisson_times(self.spec.rate, steps, self.arrival_rng, env.now):
+            if self.stopped:
                 return
-            while not self.stopped:
-                yield env.timeout(expo(rate))
-                if not self.stopped:
-                    self.arrive()
-            return
-        while not self.stopped:
-            now = env.now
-            rate = self.rate_at(now)
-            change = self.next_change(now)
-            if rate <= 0:
-                if change is None:
-                    return
-                yield env.timeout(change - now)
-                continue
-            gap = self.expo(rate)
-            if change is not None and now + gap >= change:
-                yield env.timeout(change - now)  # memoryless: redraw at the new rate
-                continue
-            yield env.timeout(gap)
+            yield env.timeout(at - env.now)
             if not self.stopped:
                 self.arrive()
 

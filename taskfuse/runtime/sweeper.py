@@ -15,6 +15,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from taskfuse.core.events import EventSink
 from taskfuse.core.scheduler import Scheduler
@@ -72,10 +74,15 @@ def run_sweeper(
     once: bool = False,
     stop: threading.Event | None = None,
     clock: Callable[[], float] = time.time,
+    lock: AbstractContextManager[Any] | None = None,
+    on_moved: Callable[[list[Task]], None] | None = None,
 ) -> int:
     """Sweep now and then every `every_s` seconds until `stop` is set; returns tasks moved.
 
     A failed pass (the database restarting) is logged and tried again at the next interval.
+    In a process that also runs workers on the same Scheduler (the load test), `lock` is
+    held around each pass (the Runner's fuse lock) and `on_moved` hears of the tasks a pass
+    moved, under it (to wake the claimer: requeued work is claimable).
     """
     if every_s <= 0:
         raise ValueError(f"sweep interval must be > 0 seconds, got {every_s!r}")
@@ -83,7 +90,11 @@ def run_sweeper(
     total = 0
     while True:
         try:
-            total += len(sweep_once(scheduler, clock()))
+            with lock or nullcontext():
+                moved = sweep_once(scheduler, clock())
+                if moved and on_moved is not None:
+                    on_moved(moved)
+            total += len(moved)
         except Exception:
             if once:
                 raise

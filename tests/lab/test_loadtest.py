@@ -248,6 +248,32 @@ def read_series_of_simulation(sc, tmp_path: Path) -> list[str]:  # type: ignore[
     return read_trace(tmp_path / "sim.trace").series_names
 
 
+# One worker, 20 tasks of 0.4 s, a sweep every 0.5 s: the pass at 2.5 s expires what has
+# waited more than 2.2 s (the 7th task started at 2.4 s, 0.1 s before the pass: 20 ms at
+# the test's time scale).
+EXPIRE = """
+name: expire
+seed: 3
+horizon_s: 60
+workers: 1
+sweeper: {interval_s: 0.5, max_pending_age_s: 2.2}
+batches:
+  - id: queued
+    count: 20
+    program:
+      - work: 0.4
+"""
+
+
+def test_the_load_tests_sweeper_expires_what_waited_too_long_as_simulated() -> None:
+    sc = scenario(EXPIRE)
+    sim = run_scenario(sc).report["tasks"]
+    real = run_loadtest(sc, time_scale=SCALE).report["tasks"]
+    assert sim["CANCELED"] > 10 and sim["SUCCESS"] + sim["CANCELED"] == 20
+    assert real["SUCCESS"] + real["CANCELED"] == 20 and real["PENDING"] == 0
+    assert abs(real["CANCELED"] - sim["CANCELED"]) <= 2  # a pass may land a task late
+
+
 def test_postgres_pools_and_store(tmp_path: Path) -> None:
     need_pg()
     sc = scenario(SMALL.replace("count: 300", "count: 40"))

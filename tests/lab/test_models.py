@@ -3,6 +3,7 @@ business latency, distributions."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -11,6 +12,7 @@ import pytest
 import simpy
 
 from lab.dist import Empirical, Exponential, Integers, Lognormal, Uniform
+from lab.model.arrivals import poisson_times
 from lab.model.pool import Pool
 from lab.scenario import Pool as PoolSpec
 
@@ -122,6 +124,32 @@ def test_business_latency_without_contention_is_the_query_time(sim) -> None:
     assert b["requests"] == pytest.approx(20 * 299.5, rel=0.05)
     assert b["p50_s"] == pytest.approx(median, rel=0.05)
     assert b["timeouts"] == 0 and r["pools"]["db"]["wait_p99_s"] == 0.0
+
+
+def test_business_follows_its_schedule_on_the_shared_poisson_clock(sim) -> None:
+    """The simulated business traffic arrives at `poisson_times` of its stream (the load
+    test's arrival thread reads the same clock): 20/s, none at all for 10 s, then 5/s."""
+    r = sim("""
+    seed: 4
+    horizon_s: 40
+    pools: {db: {size: 50}}
+    business:
+      pool: db
+      rate: 20
+      query: 0.001
+      schedule: [{at_s: 10, rate: 0}, {at_s: 20, rate: 5}]
+    batches:
+      - id: b
+        count: 1
+        arrival: {kind: closed, start_s: 39.9}
+        program: [{work: 0.05}]
+    """)
+    times = poisson_times(20, [(10, 0), (20, 5)], random.Random("4:business"))
+    expected = list(itertools.takewhile(lambda t: t < 39.95, times))
+    assert r.report["business"]["requests"] == len(expected)
+    assert sum(t < 10 for t in expected) == pytest.approx(200, rel=0.2)
+    assert not any(10 <= t < 20 for t in expected)
+    assert sum(t >= 20 for t in expected) == pytest.approx(100, rel=0.3)
 
 
 def test_business_waits_behind_a_full_pool_and_the_gateway_gives_up(sim) -> None:

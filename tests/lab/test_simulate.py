@@ -183,6 +183,29 @@ def test_metastable_spike_is_survived_only_with_a_retry_budget(tmp_path) -> None
     assert successes_between("naive", 0, 55) > 0.9 * 30 * 55  # fine before the spike
 
 
+def test_a_token_budget_recovers_where_a_ratio_budget_above_capacity_does_not(tmp_path) -> None:
+    trace = tmp_path / "b.trace"
+    report = simulate((SCENARIOS / "metastable-budgets.yaml").read_text(), trace=trace).report
+    ratio, tokens = report["downstreams"]["ratio"], report["downstreams"]["tokens"]
+    before_spike = 30 * 60  # first attempts before t = 60 s, all of which succeed
+    # The ratio client succeeds only before the spike; its budget keeps paying for retries.
+    assert before_spike * 0.95 < ratio["ok"] < before_spike * 1.1
+    assert ratio["call_retries"] > 2000 and ratio["timeouts"] > 0.8 * ratio["calls"]
+    # The token client stops retrying once its bucket is empty, then serves the rest.
+    assert tokens["ok"] > 2 * ratio["ok"] and tokens["call_retries"] < 500
+
+    tr = read_trace(trace)
+
+    def successes_between(batch: str, a: float, b: float) -> float:
+        t, ok = tr.series(f"batch.{batch}.SUCCESS")
+        return float(ok[np.searchsorted(t, b)] - ok[np.searchsorted(t, a)])
+
+    arrived = 30 * 40  # the load at the end of the run (t = 135..175 s), 30 tasks/s
+    assert successes_between("tokens", 135, 175) > 0.9 * arrived  # recovered
+    assert successes_between("ratio", 135, 175) < 0.01 * arrived  # still failing
+    assert successes_between("ratio", 0, 55) > 0.9 * 30 * 55  # fine before the spike
+
+
 def test_trace_has_timeline_events_and_the_report(tmp_path) -> None:
     trace = tmp_path / "i.trace"
     run = simulate((SCENARIOS / "incident.yaml").read_text(), trace=trace)

@@ -84,6 +84,35 @@ def test_sweeper_loop_stops_when_told() -> None:
     assert total == 0 and len(passes) >= 2
 
 
+def test_sweeper_loop_passes_hold_the_lock_and_report_moves() -> None:
+    """What a process running workers on the same Scheduler needs (the load test): each
+    pass under its fuse lock, and word of what moved, given under that lock too."""
+    store = MemoryStore()
+    sched = App().scheduler(store)
+    orphan = sched.submit(TaskSpec("job", max_retry=1), 0.0)
+    sched.claim("gone", 0.0)
+    lock = threading.RLock()
+    heard: list[tuple[list[str], bool]] = []
+    stop = threading.Event()
+
+    def on_moved(moved) -> None:
+        heard.append(([t.task_id for t in moved], lock._is_owned()))
+        stop.set()
+
+    passes: list[float] = []
+
+    def clock() -> float:  # the lease (30 s) lapses by the second pass; at most 5 passes
+        passes.append(1.0 if not passes else 100.0)
+        if len(passes) >= 5:
+            stop.set()
+        return passes[-1]
+
+    total = run_sweeper(sweeper_scheduler(store, lease_s=30.0), every_s=0.001, stop=stop,
+                        clock=clock, lock=lock, on_moved=on_moved)
+    assert total == 1 and heard == [([orphan.task_id], True)]
+    assert store.get(orphan.task_id).status is TaskStatus.PENDING
+
+
 def test_attempt_whose_lease_was_taken_away_stops_and_its_result_is_discarded(
     make_runner,
 ) -> None:
