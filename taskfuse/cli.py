@@ -393,6 +393,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     limits = load_limits_arg(args.limits, for_worker=args.workers is None)
     if limits is not None:
         app.configure(limits)
+        app.limits_file = args.limits
     overrides: dict[str, Any] = {}
     if args.workers is not None:
         overrides["workers"] = args.workers

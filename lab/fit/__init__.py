@@ -2,7 +2,7 @@
 
 A trace written by `lab loadtest` (or by `taskfuse worker --trace`) holds every downstream call
 (start, end, outcome), every move of every task, DB steps and business requests (load test),
-and the limits the run used (load test). From those, one module per job estimates:
+and the limits the run used (both). From those, one module per job estimates:
 
     data.py        the trace as flat columns (calls, DB steps, submits, attempts)
     windows.py     outages and slowdowns: change points in error share and latency
@@ -15,8 +15,9 @@ and the limits the run used (load test). From those, one module per job estimate
     programs.py    each batch's task program: DB steps, calls per task, local work
     pools.py       pool sizes, waits and hold times
     business.py    business traffic: rate, schedule, query time
+    limits.py      the limits the run used, from the trace header (load test or worker)
     world.py       all of it for one run, as world keys plus the recorded limits
-    writer.py      the one place a fitted scenario file is written
+    writer.py      the one place fitted files are written: a scenario and its limits file
     report.py      the text report: every number with its interval or why it is unknown
 
 Each number carries a 95 % interval or says it is not identifiable from this run (a rate limit
@@ -26,12 +27,13 @@ never reached, a capacity never exceeded), see estimate.py.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from lab.fit.data import load_run
 from lab.fit.world import RunFit, fit_run
-from lab.fit.writer import scenario_text
+from lab.fit.writer import left_out, scenario_text, split_texts
 
-__all__ = ["RunFit", "fit_trace", "fitted_scenario"]
+__all__ = ["RunFit", "fit_trace", "fitted_files", "fitted_scenario"]
 
 
 def fit_trace(path: str | Path) -> RunFit:
@@ -40,14 +42,46 @@ def fit_trace(path: str | Path) -> RunFit:
 
 
 def fitted_scenario(fit: RunFit) -> str:
-    """The fitted world under the run's limits, as a scenario file's text."""
+    """The fitted world under the run's limits inline, as one scenario file's text."""
+    return scenario_text(fit.world(), fit.limits(), comments=_comments(fit, None),
+                         **_named(fit))
+
+
+def fitted_files(fit: RunFit, limits_ref: str) -> tuple[str, str]:
+    """The fitted world as a scenario naming the limits file `limits_ref` (relative to the
+    scenario), and that file's text: the limits the run used, deployable as they are."""
+    rec = fit.limits()
+    run = fit.run
+    if rec.recorded:
+        said = [f"The limits {run.path.name} ran with ({run.source}), as its trace header "
+                "records them, every value written out."]
+    else:
+        said = [f"{run.path.name} ({run.source}) does not record its limits: these are the "
+                "defaults", "and the run's worker count, not necessarily what it ran with."]
+    if rec.file:
+        said.append(f"The run was started with the limits file {rec.file}.")
+    said.append("Written by `lab fit` for the fitted world that names it; deploy it with "
+                "`taskfuse worker --limits FILE`.")
+    said += [f"Left out: {line}" for line in left_out(fit.world(), rec)]
+    return split_texts(fit.world(), rec, limits_ref=limits_ref,
+                       comments=_comments(fit, limits_ref), limits_comments=said,
+                       **_named(fit))
+
+
+def _named(fit: RunFit) -> dict[str, Any]:
     run = fit.run
     name = f"{run.header.get('scenario') or 'run'}-fitted"
+    seed = run.header.get("seed")
+    return {"name": name, "seed": int(seed or 0), "description": f"fitted from {run.path.name}"}
+
+
+def _comments(fit: RunFit, limits_ref: str | None) -> list[str]:
+    run, rec = fit.run, fit.limits()
+    where = f"the limits (in {limits_ref})" if limits_ref else "the limits"
     comments = [f"Fitted by `lab fit` from {run.path.name} ({run.source}, {run.end_t:.1f} s "
                 "recorded).",
-                "The world (providers, pools, business, batches) is estimated; the limits are",
+                f"The world (providers, pools, business, batches) is estimated; {where} are",
                 "the ones the run used. `lab fit` prints how well the run supports each number."]
-    comments += [f"note: {n}" for n in fit.notes]
-    seed = run.header.get("seed")
-    return scenario_text(fit.world(), fit.limits(), name=name, seed=int(seed or 0),
-                         description=f"fitted from {run.path.name}", comments=comments)
+    if rec.file:
+        comments.append(f"The run was started with the limits file {rec.file}.")
+    return comments + [f"note: {n}" for n in fit.notes]

@@ -88,6 +88,9 @@ class RunData:
     limits: dict[str, Any] | None = None
     gateway: dict[str, Any] | None = None
     bulkhead_waits: dict[tuple[str, int, str], float] = field(default_factory=dict)
+    #: Tasks the trace saw move but never saw submitted (a worker's trace of work that was
+    #: waiting when it started, or that another process submitted): taken as submitted at 0.
+    unsubmitted: int = 0
     #: Business requests (no task): per pool, (asked at, waited) and query seconds.
     business_asks: dict[str, np.ndarray] = field(default_factory=dict)
     business_queries: dict[str, np.ndarray] = field(default_factory=dict)
@@ -118,6 +121,9 @@ def load_run(path: str | Path) -> RunData:
     open_attempts: dict[str, Attempt] = {}
     attempts: list[Attempt] = []
     bulkhead: dict[tuple[str, int, str], float] = {}
+    seen: set[Any] = set()  # tasks submitted, or first seen moving
+    unsubmitted: dict[str, int] = defaultdict(int)
+    meta = tr.header.get("meta") or {}
     for i in range(n):
         k = kind[i]
         if k == "query":
@@ -141,16 +147,21 @@ def load_run(path: str | Path) -> RunData:
         elif k == "submit":
             if task[i] is not None and not str(task[i]).endswith("~dup"):
                 submits[batch[i] or "-"].append(t[i])
+                seen.add(task[i])
         elif k == "move":
+            if task[i] is not None and task[i] not in seen:
+                seen.add(task[i])
+                unsubmitted[batch[i] or "-"] += 1
             _move(open_attempts, attempts, t[i], task[i], batch[i], src[i], dst[i], attempt[i])
-    meta = tr.header.get("meta") or {}
+    for b, count in unsubmitted.items():
+        submits[b].extend([0.0] * count)
     end_t = _end_time(tr, t)
     return RunData(
         path=Path(path), source=str(tr.header.get("source")), header=tr.header, report=tr.report,
         trace=tr, calls={name: _calls(rows) for name, rows in sorted(calls.items())}, db=db,
         submits={b: np.sort(np.asarray(v)) for b, v in submits.items()}, attempts=attempts,
         end_t=end_t, limits=meta.get("limits"), gateway=meta.get("gateway"),
-        bulkhead_waits=bulkhead,
+        bulkhead_waits=bulkhead, unsubmitted=sum(unsubmitted.values()),
         business_asks={p: np.sort(np.asarray(v)) for p, v in biz_asks.items()},
         business_queries={p: np.asarray(v) for p, v in biz_queries.items()},
     )

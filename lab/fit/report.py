@@ -26,10 +26,12 @@ def render(fit: RunFit) -> str:
     """The whole report as text."""
     buf = io.StringIO()
     console = Console(file=buf, width=WIDTH, color_system=None, force_terminal=False)
-    run = fit.run
+    run, rec = fit.run, fit.recorded
+    limits = "from the trace header" if rec.recorded else "not recorded"
+    if rec.file:
+        limits += f", the run's limits file {rec.file}"
     console.print(f"fit of {run.path}  (source {run.source}, time scale {run.time_scale:g}, "
-                  f"{run.end_t:.1f} s recorded; limits "
-                  f"{'from the trace header' if run.limits is not None else 'not recorded'})")
+                  f"{run.end_t:.1f} s recorded; limits {limits})")
     for name, p in fit.providers.items():
         rows = _durations("service" if p.capacity.servers.value is not None else "latency",
                           p.service)
@@ -147,5 +149,7 @@ def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g} s"
 
 
-def as_json(fit: RunFit, scenario: str | None) -> dict[str, Any]:
-    return {**fit.as_json(), "scenario": scenario}
+def as_json(fit: RunFit, scenario: str | None, limits: str | None = None) -> dict[str, Any]:
+    """The fit, and the files written: the scenario and its limits file (None: not written,
+    or the limits are inline)."""
+    return {**fit.as_json(), "scenario": scenario, "limits": limits}

@@ -1,9 +1,10 @@
 """The whole fit of one recorded run: every estimator, and the world and limits they make.
 
 `fit_run` calls the estimators (one module each) and keeps their answers; `world()` turns
-them into today's world keys of a scenario, `limits()` reads the limits the run used from
-the trace header (a load test writes them there; other traces get the defaults, said so in
-`notes`). `lab.fit.writer` puts the two together into one scenario file.
+them into the world keys of a scenario, `limits()` answers the limits the run used, read
+from the trace header by `lab.fit.limits` (a load test and `taskfuse worker --trace` write
+them there; other traces get the defaults, said so in `notes`). `lab.fit.writer` writes the
+two as a scenario and the limits file it names (or as one scenario, limits inline).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Any
 from lab.fit.arrivals import ArrivalFit, fit_arrivals
 from lab.fit.business import BusinessFit, fit_business
 from lab.fit.data import RunData
+from lab.fit.limits import RecordedLimits, recorded_limits
 from lab.fit.pools import PoolFit, fit_pools
 from lab.fit.programs import ProgramFit, fit_programs
 from lab.fit.provider import ProviderFit, fit_provider
+from lab.fit.writer import left_out
 
 
 @dataclass
@@ -27,6 +30,7 @@ class RunFit:
     programs: dict[str, ProgramFit]
     pools: dict[str, PoolFit]
     business: BusinessFit | None
+    recorded: RecordedLimits
     notes: list[str] = field(default_factory=list)
 
     def batch_ids(self) -> list[str]:
@@ -56,16 +60,9 @@ class RunFit:
             "slo": dict(self.run.meta.get("slo") or {}),
         }
 
-    def limits(self) -> dict[str, Any]:
-        """The limits the run used, as recorded in its header (today's inline keys)."""
-        recorded = self.run.limits
-        if recorded is not None:
-            return dict(recorded)
-        workers = self.run.meta.get("workers")
-        out: dict[str, Any] = {"horizon_s": max(3600.0, 3 * self.run.end_t)}
-        if workers is not None:
-            out["workers"] = workers
-        return out
+    def limits(self) -> RecordedLimits:
+        """The limits the run used, as recorded in its header (or the defaults)."""
+        return self.recorded
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -79,31 +76,42 @@ class RunFit:
                             else None} for b in self.batch_ids()},
             "pools": {n: p.as_json() for n, p in self.pools.items()},
             "business": self.business.as_json() if self.business else None,
-            "limits_recorded": self.run.limits is not None,
+            "limits_recorded": self.recorded.recorded,
+            "limits_file": self.recorded.file,
             "notes": self.notes,
         }
 
 
 def fit_run(run: RunData) -> RunFit:
     """Every estimator over one run (see the package doc for what each needs)."""
-    notes = []
-    if run.limits is None:
-        notes.append("the trace does not record the run's limits (only a load test does): "
-                     "the fitted scenario carries the defaults and the recorded worker count")
+    recorded = recorded_limits(run.meta, run.end_t)
+    notes = list(recorded.notes)
+    if not recorded.recorded:
+        notes.append("the trace does not record the run's limits (a load test and a worker "
+                     "traced by this version do): the fitted limits are the defaults and "
+                     "the recorded worker count")
     if not run.calls and not run.db and not run.submits:
         notes.append("the trace has no calls, DB steps or submits: nothing to fit")
+    if run.unsubmitted:
+        notes.append(f"{run.unsubmitted} tasks ran without being submitted in this trace "
+                     "(waiting when it started, or submitted by another process): taken as "
+                     "submitted at its start")
     if run.source == "lab":
         notes.append("a simulation's trace: fitting it learns the simulator's world back")
-    paced = {name for name, ds in ((run.limits or {}).get("downstreams") or {}).items()
+    paced = {name for name, ds in (recorded.doc.get("downstreams") or {}).items()
              if (ds.get("client") or {}).get("rate_limit")}
     if run.report is None:
         notes.append("the run did not finish (no footer): the fit covers what was recorded")
-    return RunFit(
+    fit = RunFit(
         run=run,
         providers={name: fit_provider(name, calls) for name, calls in run.calls.items()},
         arrivals={b: fit_arrivals(t, run.end_t) for b, t in run.submits.items() if len(t)},
         programs=fit_programs(run, paced),
         pools=fit_pools(run),
         business=fit_business(run),
+        recorded=recorded,
         notes=notes,
     )
+    fit.notes += [f"left out of the fitted files: {line}"
+                  for line in left_out(fit.world(), recorded)]
+    return fit

@@ -286,6 +286,7 @@ class LoadTest:
         head["meta"]["time_scale"] = self.clock.scale
         head["meta"]["store"] = self._store_name()
         head["meta"]["limits"] = limits_meta(self.sc)  # what `lab fit` writes back beside
+        head["meta"]["limits_file"] = self.sc.limits_source  # and the file they came from
         head["meta"]["gateway"] = gateway_meta(self.sc)  # the world it estimates
         writer = TraceWriter(self.trace_path, head, flush_every=5_000)
         stack.callback(writer.abort)  # no footer unless the run completed

@@ -121,6 +121,9 @@ class App:
         #: the lab's load test and differential tests set one; production leaves it None so
         #: processes never jitter in step.
         self.seed = seed
+        #: The limits file these limits were read from, when one was (`taskfuse worker
+        #: --limits` sets it); a traced run names it in its header.
+        self.limits_file: str | None = None
         self.tasks: dict[str, TaskDef] = {}
         self._moved: dict[tuple[str, str], TaskDef] = {}  # kinds the limits move (executor)
         self._policy = policy

@@ -12,7 +12,10 @@ with a durable store they describe the fleet, not only this process. `running` a
 (`running_limit`) are this process's own: the tasks its threads run against its thread count
 (the store's RUNNING count of a fleet against one process's threads would read "12/4"). The
 header names the run by its app and worker (`scenario` is the app's name, `meta.worker_id`
-this process) and carries no seed: a real run has none. Batches are not series here (they
+this process) and carries no seed: a real run has none. Its meta also holds the limits the
+worker runs with (`limits`: the App's limits as a limits file holds them, every value, with
+this process's thread count) and the limits file they were read from (`limits_file`), so
+`lab fit` of a worker's trace writes back the file it ran with. Batches are not series here (they
 appear as tasks are submitted, after the header is written); every SUBMIT and MOVE event
 carries its batch_id, and the monitor counts batches from those. The source's alert rules
 (DESIGN.md, "Observability") are evaluated at every sample on the store's counts and the
@@ -82,6 +85,8 @@ class RuntimeTrace:
                 "slo": {},
                 "worker_id": runner.worker_id,
                 "t0_epoch": self.t0,
+                "limits": limits_record(runner),
+                "limits_file": runner.app.limits_file,
             },
         }
         self._lock = threading.Lock()  # the writer is not thread-safe; events come from many
@@ -204,6 +209,13 @@ class RuntimeTrace:
         with self._lock:
             self._writer.close(report)
 
+
+
+def limits_record(runner: Runner) -> dict[str, Any]:
+    """The limits this process runs with, in a limits file's keys (None values left out)."""
+    doc = runner.app.limits.model_dump(mode="json", exclude_none=True)
+    doc["workers"] = runner.workers  # `Runner(workers=N)` wins over the App's
+    return doc
 
 
 def _rules(runner: Runner) -> list[AlertRule]:

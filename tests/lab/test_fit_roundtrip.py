@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from lab.cli import main
 from lab.fit import fit_trace, fitted_scenario
@@ -23,6 +24,7 @@ from lab.fit.world import RunFit
 from lab.loadtest.runner import run_loadtest
 from lab.run import run_scenario
 from lab.scenario import parse_scenario
+from taskfuse.limits.files import load_limits
 from taskfuse.trace import TraceWriter
 
 SCALE = 0.25
@@ -128,16 +130,50 @@ def test_lab_fit_writes_a_scenario_and_compare_real_holds_it_to_the_run(
     out = tmp_path / "fitted.yaml"
     assert main(["fit", str(trace), "--out", str(out)]) == 0
     text = capsys.readouterr().out
+    limits_path = tmp_path / "fitted.limits.yaml"
     assert "rate limit" in text and "servers" in text and str(out) in text
+    assert f"limits file written to {limits_path}" in text
+    # the world names the limits file beside it; the file holds the limits the run used
+    assert "\nlimits: fitted.limits.yaml\n" in out.read_text()
+    limits = load_limits(limits_path)
+    assert limits.workers == int(recorded[0]["burst"]) + 4
+    assert limits.downstreams["partner"].client.retry.max_retry == 60
     scenario = parse_scenario(out.read_text(), str(out))
-    assert scenario.workers == int(recorded[0]["burst"]) + 4  # the run's limits came along
-    assert scenario.downstreams["partner"].client.retry.max_retry == 60
+    assert scenario.limits_source == str(limits_path)
+    assert scenario.limits() == limits
     code = main(["compare", "--real", str(trace), str(out), "--json"])
     result = json.loads(capsys.readouterr().out)
     rows = {r["metric"]: r for r in result["metrics"]}
     assert code in (0, 1) and result["time_scale"] == SCALE
     assert abs(rows["makespan_s"]["rel_diff"]) <= MAKESPAN_TOLERANCE
     assert not rows["downstreams.partner.calls"]["flagged"]
+
+
+def test_the_limits_file_and_the_inline_scenario_are_the_same_scenario(
+    recorded: tuple[dict[str, float], Path, dict[str, Any]], tmp_path: Path, capsys,
+) -> None:
+    """`--inline-limits` keeps one file; `--limits-out` puts the limits anywhere, named by a
+    path relative to the scenario. Both read back as the same scenario."""
+    trace = recorded[1]
+    inline, split = tmp_path / "inline.yaml", tmp_path / "world" / "split.yaml"
+    limits_path = tmp_path / "deploy" / "L.yaml"
+    assert main(["fit", str(trace), "--out", str(inline), "--inline-limits"]) == 0
+    assert f"scenario written to {inline}" in capsys.readouterr().out
+    assert main(["fit", str(trace), "--out", str(split), "--limits-out", str(limits_path),
+                 "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert written["scenario"] == str(split) and written["limits"] == str(limits_path)
+    assert "limits" not in yaml.safe_load(inline.read_text())
+    assert yaml.safe_load(split.read_text())["limits"] == "../deploy/L.yaml"
+    assert not (tmp_path / "inline.limits.yaml").exists()
+    one = parse_scenario(inline.read_text(), str(inline))
+    two = parse_scenario(split.read_text(), str(split))
+    assert one.model_dump() == two.model_dump()
+    assert main(["fit", str(trace), "--out", str(inline), "--inline-limits", "--limits-out",
+                 str(limits_path)]) == 2
+    assert main(["fit", str(trace), "--out", str(inline), "--limits-out", str(inline)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "exclude each other" in err
 
 
 def test_the_fit_report_says_what_the_run_cannot_tell(tmp_path: Path, capsys) -> None:
@@ -165,7 +201,7 @@ def test_bad_traces_are_one_line_and_exit_2(tmp_path: Path, capsys,
     assert main(["fit", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err
-    assert not out.exists()
+    assert list(tmp_path.iterdir()) == ([path] if content is not None else [])
 
 
 def test_compare_real_needs_a_finished_run(tmp_path: Path, capsys) -> None:
@@ -176,6 +212,21 @@ def test_compare_real_needs_a_finished_run(tmp_path: Path, capsys) -> None:
     assert main(["compare", "--real", str(trace), str(scenario)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "did not finish" in err
+
+
+@pytest.mark.parametrize("limits", ["a string", ["workers"], {"workers": 0},
+                                    {"pools": {"p": 3}}, {"batches": [1]}])
+def test_damaged_recorded_limits_are_not_used_and_the_fit_says_so(tmp_path: Path, capsys,
+                                                                   limits: Any) -> None:
+    trace = tmp_path / "odd.trace"
+    writer = TraceWriter(trace, {"source": "runtime", "series": [],
+                                 "meta": {"workers": 2, "limits": limits}})
+    writer.event((0.0, "submit", "t0", "b", "x", None, "PENDING", None, 1, None, None, None))
+    writer.close({"sim_time_s": 1.0})
+    out = tmp_path / "fitted.yaml"
+    assert main(["fit", str(trace), "--out", str(out)]) == 0
+    assert "do not validate" in capsys.readouterr().out
+    assert load_limits(tmp_path / "fitted.limits.yaml").workers == 2
 
 
 def test_a_runtime_trace_without_limits_is_fitted_with_defaults_said_so(tmp_path: Path,
@@ -203,6 +254,8 @@ def test_a_runtime_trace_without_limits_is_fitted_with_defaults_said_so(tmp_path
     assert "does not record the run's limits" in capsys.readouterr().out
     scenario = parse_scenario(out.read_text(), str(out))
     assert scenario.workers == 4 and scenario.batches[0].arrival.kind == "poisson"
+    assert load_limits(tmp_path / "fitted.limits.yaml").workers == 4
+    assert "does not record its limits" in (tmp_path / "fitted.limits.yaml").read_text()
     latency = scenario.downstreams["api"].provider.latency
     assert latency.mean == pytest.approx(0.08 * np.exp(0.045), rel=0.1)
     assert [type(s).__name__ for s in scenario.batches[0].program] == ["CallStep", "WorkStep"]
