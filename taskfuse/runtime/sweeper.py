@@ -23,6 +23,7 @@ from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Task
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
+from taskfuse.store import StoreUnavailable, describe_error
 
 log = logging.getLogger("taskfuse.sweeper")
 
@@ -95,6 +96,11 @@ def run_sweeper(
                 if moved and on_moved is not None:
                     on_moved(moved)
             total += len(moved)
+        except StoreUnavailable as exc:  # an outage is expected: one line per pass, no trace
+            if once:
+                raise
+            log.warning("sweep pass failed, the store is unavailable: %s; trying again in %gs",
+                        describe_error(exc), every_s)
         except Exception:
             if once:
                 raise

@@ -163,7 +163,10 @@ def test_worker_and_sweeper_lines_keep_their_format_through_a_restart(mode: str)
         assert not any(secret in line for line in every), secret
     assert LEAKY_URL.replace("Th1sMustNotLeak", "***") in "\n".join(every)
     worker_records = _records(worker_lines, mode == "json")
-    _records(sweeper_lines, mode == "json")
+    failed = [r for r in _records(sweeper_lines, mode == "json")
+              if "sweep pass failed" in r["msg"]]
+    assert failed and all(r["level"] == "WARNING" for r in failed), failed
+    assert not any("Traceback" in r["msg"] + (r.get("error") or "") for r in failed), failed
     by_logger: dict[str, list[dict[str, str]]] = {}
     for record in worker_records:
         by_logger.setdefault(record["logger"], []).append(record)
