@@ -509,13 +509,14 @@ class TaskIndex:
             self._word("task_id", int(ev["task_id"].a[e])),
         )
 
-    def notable(self, t: float, n: int) -> list[HistoryRow]:
+    def notable(self, t: float, n: int, since: float | None = None) -> list[HistoryRow]:
         """The last `n` notable events at or before `t` (breakers, alerts, failures,
-        timeouts, cancels, retries), newest first."""
+        timeouts, cancels, retries), newest first; with `since`, none before it."""
         idx = self._notable.v
         times = self._ev["t"].v[idx] if len(idx) else np.empty(0)
         k = int(np.searchsorted(times, t, "right"))
-        picked = idx[max(0, k - n) : k][::-1]
+        first = 0 if since is None else int(np.searchsorted(times, since, "left"))
+        picked = idx[max(first, k - n) : k][::-1]
         rows = []
         for e in picked.tolist():
             row = self._history_row(e)
@@ -525,6 +526,13 @@ class TaskIndex:
                 row = replace(row, dst=self.breaker_at(row.subject or "", row.t))
             rows.append(row)
         return rows
+
+    def n_notable(self, t: float, since: float | None = None) -> int:
+        """How many notable events there are at or before `t` (and from `since`)."""
+        idx = self._notable.v
+        times = self._ev["t"].v[idx] if len(idx) else np.empty(0)
+        first = 0 if since is None else int(np.searchsorted(times, since, "left"))
+        return max(0, int(np.searchsorted(times, t, "right")) - first)
 
     def _alert_word(self, t: float, rule: str | None) -> str:
         k = bisect.bisect_left(self._alerts, t, key=lambda a: a[0])

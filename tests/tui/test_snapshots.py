@@ -1,5 +1,5 @@
-"""SVG snapshots of every screen at 80x24 and 120x40: purpose-built apps, fixed traces and a
-fixed store, fixed sizes.
+"""SVG snapshots of every screen (the fleet's task lookup and help too) at 80x24 and
+120x40: purpose-built apps, fixed traces and a fixed store, fixed sizes.
 
 Regenerate after an intended change with `pytest tests/tui/test_snapshots.py
 --snapshot-update` and review the SVGs in the diff (they open in a browser).
@@ -66,7 +66,9 @@ def _fleet() -> FleetApp:
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("keys", [pytest.param((), id="board"),
-                                  pytest.param(("w",), id="workers")])
+                                  pytest.param(("w",), id="workers"),
+                                  pytest.param(("enter",), id="task"),
+                                  pytest.param(("question_mark",), id="help")])
 def test_fleet(snap_compare: Compare, keys: tuple[str, ...], size: tuple[int, int]) -> None:
     async def run_before(pilot: Pilot[int]) -> None:
         app = pilot.app

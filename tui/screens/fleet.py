@@ -16,8 +16,18 @@ from textual.widgets import Footer
 from tui.fleet import FleetModel, running_rows
 from tui.widgets.batches import BatchPanel
 from tui.widgets.commandbar import CommandBar
-from tui.widgets.fleet import FleetBar, FleetStatus, RunningTable, StatesPanel, WorkersSummary
+from tui.widgets.fleet import (
+    FleetBar,
+    FleetStatus,
+    RunningTable,
+    StatesPanel,
+    WorkersSummary,
+    WorkersTable,
+)
 from tui.widgets.overview import OverviewPanel
+
+#: From this many columns the board lists every worker process beside the queue chart.
+WIDE = 150
 
 
 class FleetBase(Screen[None]):
@@ -56,14 +66,18 @@ class FleetBase(Screen[None]):
 
 
 class FleetScreen(FleetBase):
-    """Top: queue and running over time | counts by state and the workers in brief. Then
-    every batch, full width so its status and p99 fit; then the RUNNING tasks."""
+    """Top: queue and running over time | counts by state and the workers in brief (from
+    `WIDE` columns, and in full: one row per process, as `w` shows them). Then every batch,
+    full width so its status and p99 fit; then the RUNNING tasks."""
 
     AUTO_FOCUS = "RunningTable"
     DEFAULT_CSS = """
     #fleet-top { height: 2fr; min-height: 8; }
     #fleet-top > OverviewPanel { width: 1fr; height: 1fr; }
-    #fleet-side { width: 1fr; height: auto; }
+    #fleet-side { width: 1fr; height: 1fr; }
+    #fleet-side > WorkersTable { display: none; height: 1fr; border: round $primary 50%;
+                                 border-title-color: $text-primary; }
+    FleetScreen.-wide #fleet-side > WorkersTable { display: block; }
     RunningTable { height: 3fr; min-height: 4; border: round $primary 50%;
                    border-title-color: $text-primary; }
     """
@@ -74,6 +88,7 @@ class FleetScreen(FleetBase):
             with Vertical(id="fleet-side"):
                 yield StatesPanel()
                 yield WorkersSummary()
+                yield WorkersTable()
         yield BatchPanel()
         yield RunningTable()
 
@@ -82,6 +97,8 @@ class FleetScreen(FleetBase):
 
     def on_resize(self) -> None:
         self.query_one(BatchPanel).max_lines = max(2, (self.size.height - 12) // 3)
+        self.set_class(self.size.width >= WIDE, "-wide")
+        self.show_body()
 
     def show_body(self) -> None:
         latest = self.model.latest
@@ -92,6 +109,10 @@ class FleetScreen(FleetBase):
         summary = self.query_one(WorkersSummary)
         summary.now, summary.threads, summary.rows = (
             latest.t, self.model.threads, self.model.workers)
+        if self.has_class("-wide") and self.model.workers is not None:
+            workers = self.query_one(WorkersTable)
+            workers.border_title = f"processes {len(self.model.workers)}"
+            workers.show(self.model.workers, latest.t)
         self.query_one(BatchPanel).rows = latest.batches
         table = self.query_one(RunningTable)
         table.border_title = f"running {len(latest.running)}"

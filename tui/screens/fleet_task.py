@@ -1,5 +1,8 @@
 """One looked-up task (or every task of a trace) as the store has it: its record, and its
-history: what the record's timestamps tell, plus every change the polls have seen since."""
+history: what the record's timestamps tell, plus every change the polls have seen since.
+
+From `WIDE` columns a second column shows the worker process the (first) task ran on, as
+the worker view has it, and every task RUNNING on that process now."""
 
 from __future__ import annotations
 
@@ -10,11 +13,12 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
 
-from tui.fleet import FleetModel, Watched, ago, task_lines
-from tui.screens.fleet import FleetBase
+from tui.fleet import FleetModel, Watched, ago, running_rows, task_lines
+from tui.screens.fleet import WIDE, FleetBase
+from tui.widgets.fleet import WorkerPanel
 
 
 class FleetTaskScreen(FleetBase):
@@ -24,8 +28,12 @@ class FleetTaskScreen(FleetBase):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.back", "back")]
     DEFAULT_CSS = """
     FleetTaskScreen #history-scroll {
-        border: round $primary 50%; border-title-color: $text-primary;
+        border: round $primary 50%; border-title-color: $text-primary; width: 1fr;
     }
+    #fleet-detail { height: 1fr; }
+    #fleet-detail > WorkerPanel { display: none; width: 1fr; border: round $primary 50%;
+                                  border-title-color: $text-primary; padding: 0 1; }
+    FleetTaskScreen.-wide #fleet-detail > WorkerPanel { display: block; }
     """
 
     def __init__(self, model: FleetModel, watched: Watched) -> None:
@@ -42,14 +50,20 @@ class FleetTaskScreen(FleetBase):
         return [task_lines(t, self.watched.t) for t in self.watched.tasks.values()]
 
     def compose_body(self) -> ComposeResult:
-        with VerticalScroll(id="history-scroll"):
-            yield Static(id="fleet-task")
+        with Horizontal(id="fleet-detail"):
+            with VerticalScroll(id="history-scroll"):
+                yield Static(id="fleet-task")
+            yield WorkerPanel()
 
     def on_mount(self) -> None:
         n = len(self.watched.tasks)
         self.query_one("#history-scroll").border_title = \
             f"{self.watched.query}: {n} task{'s' if n != 1 else ''}"
         self.show_body()
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width >= WIDE, "-wide")
+        self.call_after_refresh(self.show_body)
 
     def show_body(self) -> None:
         now = self.watched.t
@@ -74,3 +88,21 @@ class FleetTaskScreen(FleetBase):
                 history.add_row("" if line.t is None else ago(line.t, now), what)
             parts += [record, Text(""), history, Text("")]
         self.query_one("#fleet-task", Static).update(Group(*parts))
+        if self.has_class("-wide"):
+            self._show_worker()
+
+    def _show_worker(self) -> None:
+        panel = self.query_one(WorkerPanel)
+        ids = [t.worker_id for t in self.watched.tasks.values() if t.worker_id]
+        latest, workers = self.model.latest, self.model.workers
+        if not ids or latest is None:
+            panel.worker, panel.note = None, "no worker has run it yet"
+            return
+        process = ids[0].rpartition("/")[0]
+        row = next((w for w in workers or () if w.process == process), None)
+        panel.border_title = f"its worker {process}"
+        panel.note = f"{process}: not in the last worker poll"
+        panel.now = latest.t
+        panel.running = tuple(r for r in running_rows(latest)
+                              if (r.worker or "").rpartition("/")[0] == process)
+        panel.worker = row

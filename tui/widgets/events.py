@@ -22,6 +22,8 @@ class EventsPanel(Panel):
     """
     rows: reactive[tuple[HistoryRow, ...]] = reactive((), layout=False)
     known: reactive[bool] = reactive(True)
+    #: What an empty list says once events are known (the task detail says "while it ran").
+    quiet: reactive[str] = reactive("nothing notable yet")
 
     def on_mount(self) -> None:
         self.border_title = "events"
@@ -29,7 +31,7 @@ class EventsPanel(Panel):
     def render(self) -> Text:
         width = max(1, self.content_size.width)
         if not self.rows:
-            note = "nothing notable yet" if self.known else "once events are loaded"
+            note = self.quiet if self.known else "once events are loaded"
             return Text(note, tone(self, "tf--dim"))
         out = [flow([Text(fmt_t(r.t), tone(self, "tf--dim")), *self._what(r)], width)
                for r in self.rows]

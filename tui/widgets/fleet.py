@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
@@ -162,3 +164,46 @@ class WorkersTable(DataTable[object]):
                 key=w.process)
         if rows:
             self.move_cursor(row=min(keep, len(rows) - 1), animate=False)
+
+
+class WorkerPanel(Panel):
+    """The process a looked-up task ran on: its row of the worker view and every task RUNNING
+    on it now (what else the process is busy with), longest running first, as many as fit."""
+
+    DEFAULT_CSS = """
+    WorkerPanel { height: 1fr; }
+    """
+    worker: reactive[WorkerRow | None] = reactive(None, layout=False)
+    running: reactive[tuple[TaskRow, ...]] = reactive((), layout=False)
+    now: reactive[float] = reactive(0.0)
+    note: reactive[str] = reactive("no worker has run it yet")
+
+    def on_mount(self) -> None:
+        self.border_title = "its worker"
+
+    def render(self) -> Text | Group:
+        w = self.worker
+        if w is None:
+            return Text(self.note, tone(self, "tf--dim"))
+        width = max(1, self.content_size.width)
+        head = flow([Text(w.process, tone(self, "tf--accent")), Text(f"{w.threads} threads"),
+                     Text(f"{w.busy} busy", tone(self, "tf--warn" if w.busy else "tf--dim")),
+                     Text(f"{w.stuck} stuck", tone(self, "tf--bad" if w.stuck else "tf--dim")),
+                     Text(f"heartbeat {ago(w.heartbeat, self.now)}"),
+                     Text(f"last seen {ago(w.last_seen, self.now)}"),
+                     Text(f"done {fmt_count(w.done)}"),
+                     Text(f"errors {fmt_count(w.errors)}",
+                          tone(self, "tf--bad" if w.errors else "tf--dim"))], width, indent=0)
+        if not self.running:
+            return Group(head, Text(""), Text("nothing running on it", tone(self, "tf--dim")))
+        room = max(1, self.content_size.height - len(head.plain.splitlines()) - 2)
+        shown = self.running[:room]
+        more = len(self.running) - len(shown)
+        table = Table.grid(padding=(0, 1))
+        for name in ("task", "age", "thread", "batch"):
+            table.add_column(name, no_wrap=True)
+        for r in shown:
+            table.add_row(Text(r.task_id, tone(self, "tf--accent")), fmt_t(r.since),
+                          Text(r.worker or "", tone(self, "tf--dim")), r.batch_id or "")
+        title = f"running on it: {len(self.running)}" + (f" ({more} more)" if more else "")
+        return Group(head, Text(""), Text(title, "bold"), table)
