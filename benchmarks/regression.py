@@ -309,12 +309,16 @@ def _pooled(rows: list[Any], suffix: str) -> float | None:
 #: How far a store's runner / minimal CPU ratio may rise above its baseline. Sized from its
 #: spread: 15 gate-sized measurements (median of 5 alternating rounds of 10k tasks) on the
 #: 2-core machine, 4 of them beside two busy-looping processes, ranged 0.88-1.07 x their
-#: median on both stores (PostgreSQL 1.18-1.42, SQLite 3.60-4.39). The wall-time ratio of
-#: the same runs swung 0.93-2.67 on SQLite (fsync latency and CPU contention hit the two
-#: loops unequally), so it cannot be gated; CPU per task is what the runtime adds and what
-#: a lock around I/O turned into waiting or a commit per task would raise.
-STORE_RATIO_SLACK = 1.20
-#: (Their baselines are the medians of 10 of those runs, not one run's figure.)
+#: median on both stores (PostgreSQL 1.18-1.42, SQLite 3.60-4.39); 8 more on the grouped
+#: runtime with its commit window, half of them beside a test suite and other work, ranged
+#: 0.85-1.25 x (PostgreSQL 1.15-1.56, SQLite 3.20-4.63), which a 1.20 slack would have
+#: failed. The wall-time ratio of the same runs swung 0.93-2.67 on
+#: SQLite (fsync latency and CPU contention hit the two loops unequally), so it cannot be
+#: gated; CPU per task is what the runtime adds, and what a commit per task or a claim per
+#: task (2-3 x) would raise. A green or red that depends on the machine's mood would make the
+#: same commit pass and fail: the slack is wider than the spread seen, not tight to it.
+STORE_RATIO_SLACK = 1.40
+#: (Their baselines are the medians of the 8 later runs, not one run's figure.)
 
 
 def _store_cpu_ratio(kind: str, n: int = 10_000, rounds: int = 5) -> float | None:
