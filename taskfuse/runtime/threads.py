@@ -184,6 +184,8 @@ class Runner:
         self._closing = threading.Event()
         self._watch_mu = threading.Condition(threading.Lock())
         self._watchdog_due = float("inf")
+        #: The soonest deadline claimed since the watchdog last asked the store (`_watch`).
+        self._sooner = float("inf")
         self._permits: dict[AttemptKey, Any] = {}
         self._thread_of: dict[AttemptKey, str] = {}
         #: Kinds whose retries may run beside a stuck earlier attempt (kinds.KIND.overlap).
@@ -585,9 +587,12 @@ class Runner:
             self.stats.claimed += len(contexts)
             at.work.notify(len(contexts))
         deadlines = [t.deadline for t in tasks if t.deadline is not None]
-        if deadlines and min(deadlines) + DEADLINE_SLACK_S < self._watchdog_due:
-            with self._watch_mu:
-                self._watch_mu.notify()
+        if deadlines:
+            soonest = min(deadlines)
+            with self._watch_mu:  # see _watch: read and written under its lock, or lost
+                self._sooner = min(self._sooner, soonest)
+                if soonest + DEADLINE_SLACK_S < self._watchdog_due:
+                    self._watch_mu.notify()
 
     # -- the workers -----------------------------------------------------------------------
 
@@ -732,7 +737,13 @@ class Runner:
     # -- the watchdog, the heartbeat, the listener -----------------------------------------
 
     def _watch(self) -> None:
+        """Expire at the core's next deadline. A claim between the store's answer and the
+        wait leaves its deadline in `_sooner` (under `_watch_mu`), so it cannot be missed: a
+        deadline claimed before the question is in the store's answer, one claimed after
+        it is in `_sooner`."""
         while not self._closing.is_set():
+            with self._watch_mu:
+                self._sooner = float("inf")
             now = self.clock()
             try:
                 moved = self.scheduler.expire(now)
@@ -744,9 +755,10 @@ class Runner:
             if self._check_stuck():
                 wait = min(wait, self.stuck_after_s / 2)
             with self._watch_mu:
-                self._watchdog_due = now + wait
+                due = min(now + wait, self._sooner + DEADLINE_SLACK_S)
+                self._watchdog_due = due
                 if not self._closing.is_set():
-                    self._watch_mu.wait(wait)
+                    self._watch_mu.wait(max(0.0, due - now))
 
     def _expired(self, moved: list[Task]) -> None:
         if not moved:
