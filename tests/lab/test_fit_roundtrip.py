@@ -27,7 +27,10 @@ from lab.scenario import parse_scenario
 from taskfuse.limits.files import load_limits
 from taskfuse.trace import TraceWriter
 
-SCALE = 0.25
+#: The recorded run's time scale: 0.5, not 0.25, so the harness's own timing (the client's
+#: Python, timers waking late) stays small beside the provider's even when another test suite
+#: shares the two cores (at 0.25 a fitted number came out unidentifiable once that way).
+SCALE = 0.5
 DRAW_SEED = 2
 #: How far a fitted number may be from the hidden truth, and the simulated run from the real.
 FIT_TOLERANCE = 0.15
@@ -104,6 +107,7 @@ def test_fitted_provider_lands_within_15_percent_of_the_hidden_truth(
     fitted = {"rate": p.rate_limit.rate.value, "burst": p.rate_limit.burst.value,
               "servers": p.capacity.servers.value, "mean": p.service.mean.value,
               "cv": p.service.cv.value, "error": p.errors.rates["http_503"].value}
+    assert None not in fitted.values(), f"not identifiable from the run: {fitted}"
     off = {k: abs(fitted[k] / truth[k] - 1) for k in truth}  # type: ignore[operator]
     assert max(off.values()) <= FIT_TOLERANCE, (truth, fitted)
     assert p.outages == [] and p.slowdowns == []
