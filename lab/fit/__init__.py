@@ -13,6 +13,7 @@ and the limits the run used (both). From those, one module per job estimates:
     provider.py    the above, in the order they need each other, per downstream
     arrivals.py    closed / Poisson / scheduled arrivals per batch
     programs.py    each batch's task program: DB steps, calls per task, local work
+    hangs.py       attempts that outlived their timeout: the program's `hang` step
     pools.py       pool sizes, waits and hold times
     business.py    business traffic: rate, schedule, query time
     limits.py      the limits the run used, from the trace header (load test or worker)

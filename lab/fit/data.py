@@ -69,6 +69,7 @@ class Attempt:
     start: float
     end: float | None = None
     status: str | None = None
+    reason: str | None = None  # why it ended (the MOVE's reason)
 
 
 @dataclass
@@ -152,7 +153,8 @@ def load_run(path: str | Path) -> RunData:
             if task[i] is not None and task[i] not in seen:
                 seen.add(task[i])
                 unsubmitted[batch[i] or "-"] += 1
-            _move(open_attempts, attempts, t[i], task[i], batch[i], src[i], dst[i], attempt[i])
+            _move(open_attempts, attempts, t[i], task[i], batch[i], src[i], dst[i], attempt[i],
+                  reason[i])
     for b, count in unsubmitted.items():
         submits[b].extend([0.0] * count)
     end_t = _end_time(tr, t)
@@ -183,7 +185,7 @@ def _db_step(grants: dict[tuple[Any, Any, str], list[tuple[float, float]]], t: f
 
 
 def _move(open_attempts: dict[str, Attempt], attempts: list[Attempt], t: float, task: Any,
-          batch: Any, src: Any, dst: Any, attempt: Any) -> None:
+          batch: Any, src: Any, dst: Any, attempt: Any, reason: Any = None) -> None:
     if task is None:
         return
     if dst == "RUNNING":
@@ -193,6 +195,7 @@ def _move(open_attempts: dict[str, Attempt], attempts: list[Attempt], t: float, 
     elif src == "RUNNING" and task in open_attempts:
         run = open_attempts.pop(task)
         run.end, run.status = t, str(dst)
+        run.reason = None if reason is None else str(reason)
 
 
 def _end_time(tr: Trace, t: np.ndarray) -> float:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.fit.estimate import Estimate
+from lab.fit.hangs import HangFit
 from lab.fit.programs import StepFit, count_spec
 from lab.fit.service import DurationFit
 from lab.fit.world import RunFit
@@ -121,6 +122,23 @@ def _batch_rows(fit: RunFit, batch: str) -> list[Row]:
                                   "attempts that follow the commonest order"))
     for i, step in enumerate(program.steps):
         rows += _step_rows(i + 1, step)
+    if batch in fit.hangs:
+        rows += _hang_rows(fit.hangs[batch])
+    return rows
+
+
+def _hang_rows(h: HangFit) -> list[Row]:
+    how = ("its thread stayed stuck (the stuck series)" if h.executor == "thread" else
+           "its process was killed (workers killed)")
+    rows: list[Row] = [("hang probability", h.probability,
+                        f"timed out and {how}; after {h.after} call runs / DB steps"),
+                       ("hang executor", None, f"{h.executor}, as the run shows it")]
+    if h.duration is not None:
+        rows += _durations("hang duration", h.duration)
+        rows.append(("hang returns", None, f"{h.mean.how} (the least spread: cv a lower "
+                                           "bound)"))
+    else:
+        rows.append(("hang duration mean (s)", h.mean, f"written {h.duration_spec()}"))
     return rows
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from lab.fit.arrivals import ArrivalFit, fit_arrivals
 from lab.fit.business import BusinessFit, fit_business
 from lab.fit.data import RunData
+from lab.fit.hangs import HangFit, fit_hangs, with_hang
 from lab.fit.limits import RecordedLimits, recorded_limits
 from lab.fit.pools import PoolFit, fit_pools
 from lab.fit.programs import ProgramFit, fit_programs
@@ -32,6 +33,7 @@ class RunFit:
     business: BusinessFit | None
     recorded: RecordedLimits
     notes: list[str] = field(default_factory=list)
+    hangs: dict[str, HangFit] = field(default_factory=dict)
 
     def batch_ids(self) -> list[str]:
         known = [b for b in self.run.meta.get("batches") or [] if b in self.arrivals]
@@ -48,10 +50,11 @@ class RunFit:
         batches = []
         for b in self.batch_ids():
             program = self.programs.get(b)
+            steps = program.spec() if program and program.steps else [{"work": 0.0}]
+            if b in self.hangs:
+                steps = with_hang(steps, self.hangs[b])
             batches.append({"id": b, "count": self.arrivals[b].count,
-                            "arrival": self.arrivals[b].spec(),
-                            "program": program.spec() if program and program.steps
-                            else [{"work": 0.0}]})
+                            "arrival": self.arrivals[b].spec(), "program": steps})
         return {
             "pools": pools,
             "downstreams": {n: {"provider": p.spec()} for n, p in self.providers.items()},
@@ -73,7 +76,9 @@ class RunFit:
             "downstreams": {n: p.as_json() for n, p in self.providers.items()},
             "batches": {b: {"arrival": self.arrivals[b].as_json(),
                             "program": self.programs[b].as_json() if b in self.programs
-                            else None} for b in self.batch_ids()},
+                            else None,
+                            **({"hang": self.hangs[b].as_json()} if b in self.hangs else {})}
+                        for b in self.batch_ids()},
             "pools": {n: p.as_json() for n, p in self.pools.items()},
             "business": self.business.as_json() if self.business else None,
             "limits_recorded": self.recorded.recorded,
@@ -111,6 +116,7 @@ def fit_run(run: RunData) -> RunFit:
         business=fit_business(run),
         recorded=recorded,
         notes=notes,
+        hangs=fit_hangs(run),
     )
     fit.notes += [f"left out of the fitted files: {line}"
                   for line in left_out(fit.world(), recorded)]
