@@ -35,6 +35,8 @@ def limits_meta(sc: Scenario) -> dict[str, Any]:
     return {
         "workers": dump["workers"],
         "claim_batch": dump["claim_batch"],
+        "stuck_threads_max": dump["stuck_threads_max"],
+        "kinds": dump["kinds"],
         "watchdog_interval_s": dump["watchdog_interval_s"],
         "task_timeout_s": dump["task_timeout_s"],
         "retry": dump["retry"],

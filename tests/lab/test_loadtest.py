@@ -440,3 +440,17 @@ def test_a_load_test_of_a_process_kind_kills_the_hung_attempts(tmp_path) -> None
     assert real["downstreams"]["partner"]["calls"] == 12  # counted from the runtime's events
     assert real["attempts"] == 12
     assert any("executor: process" in note for note in real["loadtest"]["unsupported"])
+
+
+def test_a_load_tests_record_carries_the_stuck_bound_and_the_kinds_to_the_fit(tmp_path) -> None:
+    """Without them a fitted hung run replaced every stuck thread (the default bound)."""
+    from lab.fit.limits import recorded_limits
+    from lab.loadtest.record import limits_meta
+
+    sc = scenario(write(tmp_path, TINY_HUNG.replace("EXECUTOR", "process")).read_text())
+    meta = limits_meta(sc)
+    assert meta["stuck_threads_max"] == 1
+    assert meta["kinds"]["sync"]["executor"] == "process"
+    rec = recorded_limits({"limits": meta}, 60.0)
+    assert rec.recorded and rec.doc["stuck_threads_max"] == 1
+    assert rec.doc["kinds"]["sync"]["executor"] == "process"
