@@ -81,7 +81,8 @@ def test_the_wall_ratio_has_its_slack_and_no_more() -> None:
 def test_a_fit_round_trip_that_changed_is_reported() -> None:
     base = _base()
     assert set(base["fit_round_trip"]) >= {"incident", "incident-fixed", "retry-storm",
-                                           "metastable", "seed-demo"}
+                                           "metastable", "seed-demo", "hung-tasks",
+                                           "metastable-budgets"}
     worse = copy.deepcopy(base)
     worse["fit_round_trip"]["incident"]["makespan_rel"] = 0.2
     problems = regression.compare(worse, base)
