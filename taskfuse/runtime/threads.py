@@ -199,6 +199,8 @@ class Runner:
         #: join ask the store whether anything is left.
         self._claimer_idle = True
         self._stopping = False
+        #: Tasks a claim in flight brought after the stop, released by the claimer itself.
+        self._released_late: list[Task] = []
         self._closed = False
 
     def __repr__(self) -> str:
@@ -295,7 +297,9 @@ class Runner:
         end = max(time.monotonic() + 0.2, hard)  # a thread inside a store call that does
         for thread in [*self._threads, *([self._committer] if self._committer else [])]:
             thread.join(max(0.0, end - time.monotonic()))  # not answer is left to its end
-        return released
+        with self.attempts.mu:
+            late, self._released_late = self._released_late, []
+        return released + late
 
     def _take_buffer(self) -> list[TaskContext]:
         at = self.attempts
@@ -583,9 +587,16 @@ class Runner:
         contexts = [TaskContext(task, self) for task in tasks]
         at = self.attempts
         with at.mu:
-            at.buffer.extend(contexts)
             self.stats.claimed += len(contexts)
-            at.work.notify(len(contexts))
+            late = self._stopping  # claimed while shutdown took the buffer: never started
+            if not late:
+                at.buffer.extend(contexts)
+                at.work.notify(len(contexts))
+        if late:  # back at once, as the buffer's were (shutdown returns them too)
+            released = self._release(contexts, "shutdown")
+            with at.mu:
+                self._released_late += released
+            return
         deadlines = [t.deadline for t in tasks if t.deadline is not None]
         if deadlines:
             soonest = min(deadlines)

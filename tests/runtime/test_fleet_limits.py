@@ -137,7 +137,10 @@ def test_fleet_bulkhead_holds_across_three_worker_processes(store, make_runner) 
     assert inside == 0
     assert peak == 2  # 9 threads in 3 processes wanted in; never more than 2 at once
     calls = _calls(store, "call")
-    assert len(calls) == 24 and len({worker for worker, _ in calls}) == 3
+    # the permits were shared across processes (which ones win the claims is a race: with
+    # prefetch one process may take every task the bulkhead lets it, so two of three is
+    # what the test can ask without hoping)
+    assert len(calls) == 24 and len({worker for worker, _ in calls}) >= 2
 
 
 def test_a_killed_worker_does_not_leak_its_permit(store, make_runner) -> None:
