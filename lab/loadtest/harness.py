@@ -95,23 +95,26 @@ def warnings(summary: dict[str, Any]) -> list[str]:
 
 
 def _calls(overhead: list[float], latency: list[float], scale: float) -> dict[str, Any]:
-    o, lat = np.asarray(overhead), np.asarray(latency)
-    median = float(np.median(lat)) if len(lat) else 0.0
-    p50 = float(np.median(o)) if len(o) else None
-    return {"calls": len(o), "overhead_p50_s": _s(p50, scale),
-            "overhead_p99_s": _s(float(np.percentile(o, 99)) if len(o) else None, scale),
-            "overhead_share_of_median": round(p50 / median, 4) if p50 is not None and median
-            else None}
+    p50, p99, share = _spread(overhead, latency, scale)
+    return {"calls": len(overhead), "overhead_p50_s": p50, "overhead_p99_s": p99,
+            "overhead_share_of_median": share}
 
 
 def _timers(asked: list[float], late: list[float], scale: float) -> dict[str, Any]:
-    a, lt = np.asarray(asked), np.asarray(late)
-    median = float(np.median(a)) if len(a) else 0.0
-    p50 = float(np.median(lt)) if len(lt) else None
-    return {"timers": len(lt), "late_p50_s": _s(p50, scale),
-            "late_p99_s": _s(float(np.percentile(lt, 99)) if len(lt) else None, scale),
-            "late_share_of_median": round(p50 / median, 4) if p50 is not None and median
-            else None}
+    p50, p99, share = _spread(late, asked, scale)
+    return {"timers": len(late), "late_p50_s": p50, "late_p99_s": p99,
+            "late_share_of_median": share}
+
+
+def _spread(extra: list[float], base: list[float], scale: float
+            ) -> tuple[float | None, float | None, float | None]:
+    """Median and p99 of `extra` (in scenario seconds), and its median over `base`'s."""
+    e, b = np.asarray(extra), np.asarray(base)
+    median = float(np.median(b)) if len(b) else 0.0
+    p50 = float(np.median(e)) if len(e) else None
+    p99 = float(np.percentile(e, 99)) if len(e) else None
+    share = round(p50 / median, 4) if p50 is not None and median else None
+    return _s(p50, scale), _s(p99, scale), share
 
 
 def _s(real: float | None, scale: float) -> float | None:

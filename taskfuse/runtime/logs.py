@@ -197,9 +197,7 @@ def process_logging(
     root.addHandler(handler)
     root.setLevel(LIBRARY_LEVEL)
     ours.setLevel(level)
-    logging.captureWarnings(True)
-    threading.excepthook = _log_thread_exception
-    sys.unraisablehook = _log_unraisable
+    route_python_output()
     _active.append(fmt)
     try:
         yield handler

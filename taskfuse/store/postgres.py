@@ -333,17 +333,20 @@ class PostgresStore(NamedQueryReads):
     def _scrub(self, exc: BaseException) -> str:
         return describe_error(exc)  # one line, credentials masked
 
-    def _migrate(self, connect_timeout: float) -> None:
-        """Create the schema and apply each numbered migration it lacks, under a lock."""
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection of its own (outside the pool), its failure as one store error."""
         try:
-            conn = psycopg.connect(self._conninfo)
+            return psycopg.connect(self._conninfo)
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(
                 f"cannot reach PostgreSQL store {self.url!r}: {self._scrub(exc)}"
             ) from None
         except psycopg.ProgrammingError as exc:
             raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: {self._scrub(exc)}") from None
-        with conn:
+
+    def _migrate(self, connect_timeout: float) -> None:
+        """Create the schema and apply each numbered migration it lacks, under a lock."""
+        with self._connect() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
                          [f"taskfuse-migrate:{self.schema}"])
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
@@ -848,16 +851,9 @@ class PostgresStore(NamedQueryReads):
 
     def _check_schema(self) -> None:
         """A read-only store must find its schema (it never creates one): refuse otherwise."""
-        try:
-            with psycopg.connect(self._conninfo) as conn:
-                found = conn.execute("SELECT to_regclass(%s)",
-                                     [f"{self.schema}.taskfuse_migrations"]).fetchone()
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(
-                f"cannot reach PostgreSQL store {self.url!r}: {self._scrub(exc)}"
-            ) from None
-        except psycopg.ProgrammingError as exc:
-            raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: {self._scrub(exc)}") from None
+        with self._connect() as conn:
+            found = conn.execute("SELECT to_regclass(%s)",
+                                 [f"{self.schema}.taskfuse_migrations"]).fetchone()
         if found is None or found[0] is None:
             raise StoreUnavailable(
                 f"PostgreSQL store {self.url!r} has no taskfuse schema {self.schema!r}")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Awaitable, Callable
 
 from rich.console import Console
 from textual.app import App
+from textual.pilot import Pilot
 from textual.widget import Widget
+
+from tui.app import MonitorApp
 
 
 def text_of(widget: Widget) -> str:
@@ -80,3 +84,20 @@ def footer_cut(app: App[object]) -> list[str]:
             if hint not in last:
                 missing.append(hint)
     return missing
+
+
+#: What a test does to an app before the screen is read.
+Steps = Callable[[Pilot[int]], Awaitable[None]]
+
+
+def at(t: float, *keys: str) -> Steps:
+    """Seek the monitor to `t`, press `keys`, let it settle."""
+    async def steps(pilot: Pilot[int]) -> None:
+        app = pilot.app
+        assert isinstance(app, MonitorApp)
+        app.seek(t)
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+
+    return steps

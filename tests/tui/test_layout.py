@@ -11,7 +11,6 @@ a real worker's trace and the fleet view.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,11 @@ from textual.pilot import Pilot
 
 from taskfuse.store.memory import MemoryStore
 from tests.tui.fleetgen import NOW, fill_fleet
-from tests.tui.screen import cut_panels, footer_cut, screen_text
+from tests.tui.screen import Steps, at, cut_panels, footer_cut, screen_text
 from tests.tui.tracegen import Incident
-from tui.app import MonitorApp, create_app
+from tui.app import create_app
 from tui.fleet_app import FleetApp
 
-Steps = Callable[[Pilot[int]], Awaitable[None]]
 SIZE = (80, 24)
 
 
@@ -46,18 +44,6 @@ def check(app: App[int], steps: Steps, size: tuple[int, int] = SIZE) -> list[str
 
     asyncio.run(main())
     return found
-
-
-def at(t: float, *keys: str) -> Steps:
-    async def steps(pilot: Pilot[int]) -> None:
-        app = pilot.app
-        assert isinstance(app, MonitorApp)
-        app.seek(t)
-        if keys:
-            await pilot.press(*keys)
-        await pilot.pause()
-
-    return steps
 
 
 def moments(inc: Incident) -> list[float]:

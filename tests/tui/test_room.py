@@ -11,7 +11,7 @@ shows around them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,15 +23,14 @@ from textual.widgets import DataTable
 from taskfuse.core.scheduler import Scheduler, Work
 from taskfuse.store.memory import MemoryStore
 from tests.tui.fleetgen import NOW, fill_fleet
-from tests.tui.screen import cut_panels, footer_cut, rendered_lines, screen_text
+from tests.tui.screen import Steps, at, cut_panels, footer_cut, rendered_lines, screen_text
 from tests.tui.tracegen import Incident
-from tui.app import MonitorApp, create_app
+from tui.app import create_app
 from tui.fleet_app import FleetApp
 from tui.widgets.styling import Panel
 from tui.widgets.tasktable import TaskTable
 
 BIG, MID = (200, 60), (120, 40)
-Steps = Callable[[Pilot[int]], Awaitable[None]]
 
 
 def used(screen: Screen[object]) -> dict[str, int]:
@@ -79,18 +78,6 @@ def grows(make: Callable[[], App[int]], steps: Steps, what: str) -> tuple[int, i
     assert cut == [], cut
     _, mid = look(make(), steps, MID)
     return mid.get(what, 0), big.get(what, 0)
-
-
-def at(t: float, *keys: str) -> Steps:
-    async def steps(pilot: Pilot[int]) -> None:
-        app = pilot.app
-        assert isinstance(app, MonitorApp)
-        app.seek(t)
-        if keys:
-            await pilot.press(*keys)
-        await pilot.pause()
-
-    return steps
 
 
 #: The snapshot test's screens: the keys from the dashboard, and what must use the room.
