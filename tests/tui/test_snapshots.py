@@ -42,6 +42,8 @@ def _at(t: float, *keys: str) -> Callable[[Pilot[int]], Awaitable[None]]:
         app.seek(t)
         if keys:
             await pilot.press(*keys)
+        await app.wait_idle()  # a keystroke may start a load round, and a screen's first
+        await pilot.pause()  # draw comes one refresh after it is pushed
         await pilot.pause()
 
     return run_before
