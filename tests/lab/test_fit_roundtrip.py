@@ -39,7 +39,12 @@ DRAW_SEED = 2
 #: How far a fitted number may be from the hidden truth, and the simulated run from the real.
 FIT_TOLERANCE = 0.15
 MAKESPAN_TOLERANCE = 0.10
-P99_TOLERANCE = 0.20
+#: A p99 of one run is one draw: the true world simulated with ten seeds gave task p99s from
+#: 7.9 to 9.1 s. So the recorded p99 is held to the band the fitted scenario spans over
+#: SIM_SEEDS seeds, widened by P99_TOLERANCE (one seed against one recording failed in CI at
+#: 7.13 against 9.21, both plausible draws).
+SIM_SEEDS = 10
+P99_TOLERANCE = 0.15
 
 
 def hidden_provider(seed: int) -> dict[str, float]:
@@ -121,14 +126,25 @@ def test_simulating_the_fitted_scenario_predicts_the_recorded_run(
     recorded: tuple[dict[str, float], Path, dict[str, Any]], fit: RunFit,
 ) -> None:
     real = recorded[2]
-    sim = run_scenario(parse_scenario(fitted_scenario(fit))).report
-    # a task fails only after 60 failed calls: a handful either way is the tail of chance
-    assert abs(sim["tasks"]["SUCCESS"] - real["tasks"]["SUCCESS"]) <= 0.01 * real["tasks"][
-        "submitted"]
-    assert sim["makespan_s"] == pytest.approx(real["makespan_s"], rel=MAKESPAN_TOLERANCE)
-    assert sim["run_s"]["p99"] == pytest.approx(real["run_s"]["p99"], rel=P99_TOLERANCE)
-    ds_sim, ds_real = sim["downstreams"]["partner"], real["downstreams"]["partner"]
-    assert ds_sim["latency_p99_s"] == pytest.approx(ds_real["latency_p99_s"], rel=P99_TOLERANCE)
+    doc = yaml.safe_load(fitted_scenario(fit))
+    sims = []
+    for seed in range(1, SIM_SEEDS + 1):
+        doc["seed"] = seed
+        sims.append(run_scenario(parse_scenario(yaml.safe_dump(doc))).report)
+    for sim in sims:
+        # a task fails only after 60 failed calls: a handful either way is the tail of chance
+        assert abs(sim["tasks"]["SUCCESS"] - real["tasks"]["SUCCESS"]) <= 0.01 * real["tasks"][
+            "submitted"]
+        assert sim["makespan_s"] == pytest.approx(real["makespan_s"], rel=MAKESPAN_TOLERANCE)
+    assert_within_band(real["run_s"]["p99"], [s["run_s"]["p99"] for s in sims])
+    assert_within_band(real["downstreams"]["partner"]["latency_p99_s"],
+                       [s["downstreams"]["partner"]["latency_p99_s"] for s in sims])
+
+
+def assert_within_band(real: float, simulated: list[float]) -> None:
+    """The recorded figure lies where the fitted world's seeds put it, give or take a tolerance."""
+    low, high = min(simulated) * (1 - P99_TOLERANCE), max(simulated) * (1 + P99_TOLERANCE)
+    assert low <= real <= high, (real, sorted(simulated))
 
 
 def test_lab_fit_writes_a_scenario_and_compare_real_holds_it_to_the_run(
