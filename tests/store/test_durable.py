@@ -156,10 +156,12 @@ def test_unserializable_result_refuses_the_move_and_writes_nothing(store) -> Non
 
 
 def test_open_store_opens_each_durable_store_by_url(tmp_path) -> None:
-    store = open_store(f"sqlite:///{tmp_path}/by-url.db?synchronous=NORMAL")
+    store = open_store(f"sqlite:///{tmp_path}/by-url.db?synchronous=NORMAL&cache_mb=8")
     try:
         assert store.__class__.__name__ == "SQLiteStore"
         assert store.synchronous == "NORMAL"
+        # the page cache each connection gets (SQLite counts negative sizes in KiB)
+        assert store._conn().execute("PRAGMA cache_size").fetchone()[0] == -8 * 1024
         assert (tmp_path / "by-url.db").exists()
     finally:
         store.close()
@@ -176,6 +178,7 @@ def test_open_store_opens_each_durable_store_by_url(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("url", ["mysql://u:pw@h/db", "sqlite://", "sqlite:///x.db?journal=1",
+                                 "sqlite:///x.db?cache_mb=0", "sqlite:///x.db?cache_mb=lots",
                                  "postgresql://u:s3cret@h/db?schema=Bad-Name"])
 def test_bad_urls_are_refused_without_showing_credentials(url) -> None:
     with pytest.raises(StoreURLError) as info:
