@@ -102,14 +102,16 @@ class RunnerRig:
 
 
 def _settle(schema: str) -> None:
-    """Vacuum a bulk-loaded table before the clock starts, as a table that has held its
-    finished rows a while would be. Without it the round measures what loading a million
-    rows sets off (autovacuum and hint-bit writes over the new rows while the runner
-    drains), which a table in service does not see at every claim."""
+    """Vacuum and checkpoint a bulk-loaded table before the clock starts, as a table that has
+    held its finished rows a while would be. Without it the round measures what loading a
+    million rows sets off (autovacuum and hint-bit writes over the new rows, a checkpoint of
+    the load's pages with full-page images of every page first touched after it) while the
+    runner drains, which a table in service does not see at every claim."""
     import psycopg
 
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"VACUUM (ANALYZE) {schema}.tasks")
+        conn.execute("CHECKPOINT")
 
 
 def fill(store: Any, n: int = N) -> None:
