@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from lab.loadtest.record import KEPT
+from taskfuse.core.events import THREAD_WAIT
 from taskfuse.trace import Trace, read_trace
 
 OK = "ok"
@@ -61,7 +62,9 @@ class DbStep:
 
 @dataclass
 class Attempt:
-    """One run of a task: claimed at `start`, ended at `end` with `status` (None: unfinished)."""
+    """One run of a task: claimed at `start`, ended at `end` with `status` (None: unfinished).
+    A prefetched attempt waited `waited` seconds for a worker thread before its code began
+    (a timeout still counts from the claim)."""
 
     task: str
     batch: str | None
@@ -70,6 +73,12 @@ class Attempt:
     end: float | None = None
     status: str | None = None
     reason: str | None = None  # why it ended (the MOVE's reason)
+    waited: float = 0.0
+
+    @property
+    def began(self) -> float:
+        """When its code began: the claim, plus its wait for a thread."""
+        return self.start + self.waited
 
 
 @dataclass
@@ -142,6 +151,8 @@ def load_run(path: str | Path) -> RunData:
                 biz_asks[subject[i]].append(t[i] - float(value[i] or 0.0))
             elif reason[i] == "pool":
                 grants[(task[i], attempt[i], subject[i])].append((t[i], float(value[i] or 0.0)))
+            elif reason[i] == THREAD_WAIT and task[i] in open_attempts:
+                open_attempts[task[i]].waited += float(value[i] or 0.0)
             elif reason[i] == "bulkhead" and task[i] is not None:
                 key = (task[i], int(attempt[i] or 0), subject[i])
                 bulkhead[key] = bulkhead.get(key, 0.0) + float(value[i] or 0.0)

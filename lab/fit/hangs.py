@@ -122,7 +122,7 @@ def fit_hangs(run: RunData) -> dict[str, HangFit]:
     starts, done = [], []
     for a in hung:
         segs = _segments(a, calls, dbs, run.bulkhead_waits)
-        starts.append(max([a.start] + [s.end for s in segs]))
+        starts.append(max([a.began] + [s.end for s in segs]))
         done.append(len(segs))
     durations = _pair(starts, returns) if executor == "thread" else [None] * len(hung)
     ended = defaultdict(int)

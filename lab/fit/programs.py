@@ -166,8 +166,8 @@ def _program(batch: str, laid: list[tuple[Attempt, list[Segment]]], noise: float
 def _gaps(a: Attempt, segs: list[Segment]) -> list[float]:
     assert a.end is not None
     if not segs:
-        return [a.end - a.start]
-    out = [segs[0].start - a.start]
+        return [a.end - a.began]
+    out = [segs[0].start - a.began]
     out += [nxt.start - prev.end for prev, nxt in itertools.pairwise(segs)]
     return [*out, a.end - max(s.end for s in segs)]
 

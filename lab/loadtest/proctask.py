@@ -47,6 +47,7 @@ from pydantic import TypeAdapter
 from lab.loadtest.connections import CallBroken, CallTimeout, Connections
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, HangStep, Scenario, ScenarioError, Step, WorkStep
+from taskfuse.core.events import THREAD_WAIT
 from taskfuse.core.retry import ErrorKind
 from taskfuse.runtime import TaskError
 
@@ -181,6 +182,8 @@ class ProcessTasks:
         self.created: dict[str, float] = {}
         self.attempts = 0
         self.first_waits: list[float] = []
+        #: Where a first attempt's wait is in first_waits, until its thread takes it.
+        self._first: dict[str, int] = {}
         #: (start, end) of every call by downstream: calls in flight at once are counted from
         #: these at the end, since a call's event comes only when it ended.
         self.spans: dict[str, list[tuple[float, float]]] = {}
@@ -203,7 +206,16 @@ class ProcessTasks:
                 self.attempts += 1
                 created = self.created.pop(event.task_id, None)
                 if created is not None:
+                    self._first[event.task_id] = len(self.first_waits)
                     self.first_waits.append(event.t - created)
+        elif kind == "move":  # the attempt ended: it took its thread without a wait
+            with self.lock:
+                self._first.pop(event.task_id, None)
+        elif kind == "wait" and event.reason == THREAD_WAIT:
+            with self.lock:  # a first attempt's wait for a thread is still queueing
+                at = self._first.pop(event.task_id, None)
+                if at is not None:
+                    self.first_waits[at] += event.value or 0.0
         elif kind == "call" and event.subject in calls:
             stats, latency = calls[event.subject], event.value or 0.0
             stats.sent(event.t - latency)

@@ -43,6 +43,9 @@ class Event(NamedTuple):
 
 EventSink = Callable[[Event], None]
 
+#: A WAIT's reason when a claimed (prefetched) task waited for a worker thread to take it.
+THREAD_WAIT = "thread"
+
 _ALWAYS = frozenset({"t", "kind"})
 
 #: The one schema of events, by kind: the fields each always carries (REQUIRED) and those it
@@ -53,8 +56,9 @@ _ALWAYS = frozenset({"t", "kind"})
 #: business request's query); `attempt` is the task's 1-based attempt; `subject`
 #: names the downstream, pool, gateway or alert rule; `reason` is the outcome kind of a CALL
 #: ("ok" or an error kind), what was waited for in a WAIT ("bulkhead", "pool",
-#: "pool_timeout"), why a MOVE or BREAKER change happened. A trace keeps `trace_id` only on
-#: SUBMIT events (a task's trace id never changes); in memory every task event carries it.
+#: "pool_timeout", "thread": a claimed task's wait for a worker thread, subject "threads"),
+#: why a MOVE or BREAKER change happened. A trace keeps `trace_id` only on SUBMIT events
+#: (a task's trace id never changes); in memory every task event carries it.
 REQUIRED: dict[str, frozenset[str]] = {
     EventKind.SUBMIT: _ALWAYS | {"task_id", "trace_id", "dst", "attempt"},
     EventKind.MOVE: _ALWAYS | {"task_id", "src", "dst", "reason", "attempt"},

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from taskfuse.core.events import Event, EventKind
+from taskfuse.core.events import THREAD_WAIT, Event, EventKind
 from taskfuse.core.states import TERMINAL, TaskStatus
 
 NO_BATCH = "-"
@@ -80,6 +80,10 @@ class MetricsAggregator:
                     self._add_duration(event.batch_id or NO_BATCH, event.t, event.t - started)
         elif kind == EventKind.SUBMIT:
             self.counts[_PENDING] += 1
+        elif kind == EventKind.WAIT and event.reason == THREAD_WAIT:
+            started = self._started.get(event.task_id)  # type: ignore[arg-type]
+            if started is not None:  # its run begins when a thread takes it
+                self._started[event.task_id] = started + (event.value or 0.0)  # type: ignore[index]
 
     def _add_duration(self, batch: str, t: float, duration: float) -> None:
         durations = self.durations.get(batch)

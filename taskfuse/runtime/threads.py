@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taskfuse.core.events import Event, EventKind, EventSink
+from taskfuse.core.events import THREAD_WAIT, Event, EventKind, EventSink
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -507,6 +507,17 @@ class Runner:
         self.emit(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id, None,
                         None, "bulkhead", task.attempt, task.worker_id, subject, seconds))
 
+    def _emit_thread_wait(self, task: Task) -> None:
+        """A prefetched task is RUNNING from its claim but begins only when a thread takes
+        it: say how long it waited, so run times count from the start of its code (as in
+        the lab, which claims for a free worker only)."""
+        now = self.clock()
+        waited = now - task.started_at if task.started_at is not None else 0.0
+        if waited > 0:
+            self.emit(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,
+                            None, None, THREAD_WAIT, task.attempt, task.worker_id, "threads",
+                            waited))
+
     # -- the claimer -----------------------------------------------------------------------
 
     def _claim_loop(self) -> None:
@@ -623,6 +634,8 @@ class Runner:
                 at.running[key] = ctx
                 self._thread_of[key] = name
             self._claim_wake.set()  # a slot in the buffer is free
+            if self.scheduler.emit.sinks:
+                self._emit_thread_wait(ctx.task)
             began = time.monotonic()
             outcome = self._execute(ctx)
             with at.mu:

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from taskfuse.core.events import THREAD_WAIT, Event, EventKind
+from taskfuse.core.metrics import MetricsAggregator
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Task, TaskSpec
 from taskfuse.limits.schema import Limits
@@ -316,3 +318,42 @@ def test_claim_batch_is_how_many_tasks_a_thread_holds(make_runner, tmp_path: Pat
     release.set()
     assert runner.join(JOIN_S)
     assert set(ran) == {t.task_id for t in tasks} and set(ran.values()) == {1}
+
+
+# -- 6. a prefetched task's run time counts from when a thread takes it ------------------------
+
+
+def test_a_prefetched_tasks_wait_for_a_thread_is_not_run_time(make_runner, tmp_path: Path
+                                                              ) -> None:
+    """One thread holding two tasks (claim_batch 2), both claimed at t=100: the second waits
+    in the buffer until the first ends at t=105, then runs 1 s. The runner says so with a
+    WAIT for a thread of 5 s, and the run times are 5 and 1 s, not 5 and 6 (the lab claims
+    for a free worker only, so its run times never hold that wait)."""
+    app = App()
+    app.configure(Limits(claim_batch=2))
+    clock = FakeClock(100.0)
+    release = threading.Event()
+    metrics = MetricsAggregator()
+    events: list[Event] = []
+    store = SQLiteStore(tmp_path / "t.db")
+
+    @app.task("step")
+    def step(ctx: Any, payload: Any) -> Any:
+        if payload == "first":
+            assert release.wait(JOIN_S)
+        else:  # the first is committed at 105 before this one's second passes
+            assert wait_until(lambda: store.get(first.task_id).status is SUCCESS)
+            clock.t = 106.0
+
+    runner = make_runner(app, store=store, workers=1, clock=clock,
+                         sinks=[metrics, events.append])
+    first, second = runner.submit_many([runner.spec("step", "first"),
+                                        runner.spec("step", "second")])
+    assert wait_until(lambda: len(running(runner, [first, second])) == 2)
+    clock.t = 105.0
+    release.set()
+    assert runner.join(JOIN_S)
+    waits = [(e.task_id, e.value) for e in events
+             if e.kind == EventKind.WAIT and e.reason == THREAD_WAIT]
+    assert waits == [(second.task_id, 5.0)]
+    assert sorted(d for ds in metrics.durations.values() for d in ds) == [1.0, 5.0]
