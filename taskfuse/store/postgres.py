@@ -86,6 +86,8 @@ _CAPPED_TTL_S = 1.0
 #: A submit of at least this many tasks asks whether the planner has seen them (one EXPLAIN):
 #: smaller ones never pay for it, and autovacuum's analyze catches up with them in time.
 _BULK_ROWS = 1000
+#: The migration from which the schema keeps its counts by status (task_counts).
+_KEPT_COUNTS = 5
 
 
 def _claim_move() -> tuple[str, int]:
@@ -302,8 +304,12 @@ class PostgresStore(NamedQueryReads):
         self._bound = threading.local()
         self._capped = True
         self._capped_until = 0.0
+        self.read_only = read_only
+        #: Whether the schema keeps counts by status (migration 5); a watcher may find an
+        #: older one, which it never migrates.
+        self._kept_counts = True
         if read_only:
-            self._check_schema()
+            self._kept_counts = self._check_schema() >= _KEPT_COUNTS
         else:
             self._migrate(connect_timeout)
         self.pool = ConnectionPool(
@@ -648,7 +654,11 @@ class PostgresStore(NamedQueryReads):
     def beat_worker(self, beat: WorkerBeat) -> None:
         params = {"worker_id": beat.worker_id, "beat": json.dumps(beat._asdict()),
                   "beat_at": beat.beat_at}
-        self._run(lambda c, _: c.execute(Q["beat_worker"], params))
+        def op(conn: psycopg.Connection[Any], _: bool) -> None:
+            conn.execute(Q["beat_worker"], params)
+            conn.execute(Q["fold_counts"])  # every worker beats: the deltas stay short
+
+        self._run(op)
 
     def has_unfinished(self, batch_id: str | None = None) -> bool:
         if batch_id is None:
@@ -815,8 +825,14 @@ class PostgresStore(NamedQueryReads):
         return self._run(op)
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
+        """By status: the kept totals (a few rows) for the whole table, the batch's rows
+        through its index for one batch."""
         def op(conn: psycopg.Connection[Any], _: bool) -> dict[TaskStatus, int]:
-            if batch_id is None:
+            if batch_id is None and not self._kept_counts:
+                rows = conn.execute(Q["counts_scan"]).fetchall()
+            elif batch_id is None:
+                if not self.read_only:
+                    conn.execute(Q["fold_counts"])
                 rows = conn.execute(Q["counts"]).fetchall()
             else:
                 rows = conn.execute(Q["counts_batch"], {"batch_id": batch_id}).fetchall()
@@ -849,11 +865,14 @@ class PostgresStore(NamedQueryReads):
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, schema={self.schema!r})"
 
-    def _check_schema(self) -> None:
-        """A read-only store must find its schema (it never creates one): refuse otherwise."""
+    def _check_schema(self) -> int:
+        """A read-only store must find its schema (it never creates one): refuse otherwise.
+        Answers the schema's version."""
         with self._connect() as conn:
             found = conn.execute("SELECT to_regclass(%s)",
                                  [f"{self.schema}.taskfuse_migrations"]).fetchone()
-        if found is None or found[0] is None:
-            raise StoreUnavailable(
-                f"PostgreSQL store {self.url!r} has no taskfuse schema {self.schema!r}")
+            if found is None or found[0] is None:
+                raise StoreUnavailable(
+                    f"PostgreSQL store {self.url!r} has no taskfuse schema {self.schema!r}")
+            row = conn.execute("SELECT max(version) FROM taskfuse_migrations").fetchone()
+        return int(row[0] or 0) if row else 0

@@ -110,11 +110,11 @@ def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
             t.join()
         assert not errors, errors
         versions = {s.schema_version() for s in opened}
-        assert versions == {4}  # tasks, fleet limits, workers, pending_since
+        assert versions == {5}  # tasks, fleet limits, workers, pending_since, task counts
         rows = opened[0]._run(lambda c, _: c.execute(
             "SELECT version, name FROM taskfuse_migrations ORDER BY version").fetchall())
         assert rows == [(1, "tasks"), (2, "fleet_limits"), (3, "workers"),
-                        (4, "pending_since")]
+                        (4, "pending_since"), (5, "task_counts")]
     finally:
         for s in opened:
             s.close()
@@ -297,6 +297,12 @@ HOT = {
 }
 
 
+#: Where PostgreSQL searches other indexes than SQLite: it keeps its counts by status in a
+#: table (migration 5), so it has no index of every row by status; the partial indexes of
+#: RUNNING and of PENDING rows answer whether anything is unfinished.
+PG_INDEXES = {"has_unfinished": ["tasks_deadline", "tasks_waiting"]}
+
+
 @pytest.mark.parametrize("name", sorted(HOT))
 def test_sqlite_hot_queries_search_an_index_and_never_sort(tmp_path, name) -> None:
     from taskfuse.store.sqlite import Q
@@ -338,7 +344,8 @@ def test_postgres_hot_queries_use_their_index_on_a_large_table(name) -> None:
 
         text = store._run(plan)
     key = "tasks_pkey" if index == "task_id" else index
-    assert key in text, text
+    for searched in PG_INDEXES.get(name, [key]):
+        assert searched in text, text
     assert "Seq Scan on tasks" not in text, text
 
 

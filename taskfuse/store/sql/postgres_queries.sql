@@ -185,8 +185,8 @@ WHERE t.task_id = u.task_id AND t.version = u.version AND t.status = 'RUNNING'
 RETURNING t.task_id, t.version
 
 -- has_unfinished --
--- Two probes, each an index range that stops at its first row: cheap whatever the table's
--- size, where `counts` reads every row.
+-- Two probes, each the partial index of RUNNING or of PENDING rows, stopped at its first
+-- row: cheap whatever the table's size.
 SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'RUNNING')
     OR EXISTS (SELECT 1 FROM tasks WHERE status = 'PENDING')
 
@@ -240,7 +240,22 @@ WHERE d.depends_on = %(task_id)s
 ORDER BY t.seq, d.pos
 
 -- counts --
+-- The folded totals and the deltas since, in one snapshot (migration 5).
+SELECT status, sum(n)::bigint FROM (SELECT status, n FROM task_counts
+                                    UNION ALL SELECT status, n FROM task_count_deltas) AS c
+GROUP BY status
+
+-- counts_scan --
+-- A schema from before migration 5 (a watcher never migrates): every row, counted.
 SELECT status, count(*) FROM tasks GROUP BY status
+
+-- fold_counts --
+-- Move the deltas into the totals. Rows are taken and totals updated in one order (the
+-- deltas in the order they lie, the totals by status), so two folders wait, never deadlock.
+WITH taken AS (DELETE FROM task_count_deltas RETURNING status, n)
+INSERT INTO task_counts AS c (status, n)
+SELECT status, sum(n) FROM taken GROUP BY status ORDER BY status
+ON CONFLICT (status) DO UPDATE SET n = c.n + excluded.n
 
 -- counts_batch --
 SELECT status, count(*) FROM tasks WHERE batch_id = %(batch_id)s GROUP BY status

@@ -1,0 +1,193 @@
+"""PostgreSQL keeps its counts by status (migration 5): exact against a count of every row,
+under concurrent writers and folders, across the migration of a table that already holds
+rows, and for a watcher of a schema from before it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+
+from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.storeapi import WorkerBeat
+from taskfuse.core.task import move
+from taskfuse.store.sql import migrations
+from tests.store.backends import PG_URL, drop_schema, need_pg, new_schema, pg_url
+from tests.store.test_contract import T
+
+THREADS = 4
+TASKS = 400
+
+
+def scanned(schema: str) -> dict[TaskStatus, int]:
+    """Every row counted: what the kept counts must equal."""
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        rows = conn.execute(f"SELECT status, count(*) FROM {schema}.tasks GROUP BY status")
+        found = {TaskStatus(s): n for s, n in rows.fetchall()}
+    return {s: found.get(s, 0) for s in TaskStatus}
+
+
+def deltas(schema: str) -> int:
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM {schema}.task_count_deltas")
+                   .fetchone()[0])  # type: ignore[index]
+
+
+def test_kept_counts_match_every_row_under_concurrent_claims_completions_and_folds() -> None:
+    """Four threads claim in groups and complete in groups (successes, retries back to
+    PENDING, failures) while a fifth counts, and so folds, all along: every count it saw
+    adds up to the tasks submitted, and the last equals a count of every row."""
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = new_schema()
+    store = PostgresStore(pg_url(schema), pool_max=THREADS + 2)
+    try:
+        store.insert([T(f"t{i}", max_retry=1) for i in range(TASKS)])
+        done = threading.Event()
+        seen: list[int] = []
+        errors: list[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                now = 1.0
+                while tasks := store.claim(f"w{n}", now, 16, frozenset()):
+                    moves = []
+                    for i, task in enumerate(tasks):
+                        event = (TaskEvent.SUCCEED, TaskEvent.RETRY, TaskEvent.FAIL)[i % 3]
+                        if event is TaskEvent.RETRY and task.retry_count >= task.max_retry:
+                            event = TaskEvent.FAIL
+                        moves.append((move(task, event, now, **_changes(event, now)),
+                                      task.version))
+                    store.swap_many(moves)
+                    now += 1.0
+            except BaseException as exc:
+                errors.append(exc)
+
+        def count() -> None:
+            while not done.is_set():
+                seen.append(sum(store.counts().values()))
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        workers = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        done.set()
+        counter.join()
+        assert errors == []
+        assert seen and set(seen) == {TASKS}
+        final = store.counts()
+        assert final == scanned(schema)
+        assert final[TaskStatus.PENDING] == final[TaskStatus.RUNNING] == 0
+        assert final[TaskStatus.SUCCESS] + final[TaskStatus.FAILED] == TASKS
+        assert deltas(schema) == 0  # the last count folded them all
+    finally:
+        store.close()
+        drop_schema(schema)
+
+
+def _changes(event: TaskEvent, now: float) -> dict[str, Any]:
+    if event is TaskEvent.SUCCEED:
+        return {"result": None}
+    if event is TaskEvent.RETRY:
+        return {"not_before": now, "last_delay": 0.0, "error_kind": "error", "error_msg": "x"}
+    return {"error_kind": "error", "error_msg": "x"}
+
+
+def test_a_worker_beat_folds_the_deltas() -> None:
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = new_schema()
+    store = PostgresStore(pg_url(schema), pool_max=1)
+    try:
+        store.insert([T(f"t{i}") for i in range(5)])
+        store.claim("w", 1.0, 2, frozenset())
+        assert deltas(schema) > 0  # the insert's and the claim's, not folded yet
+        store.beat_worker(WorkerBeat("w", "app", 4, 2, 0, {}, 2, 0, 0, 1.0, 2.0))
+        assert deltas(schema) == 0
+        assert store.counts() == scanned(schema)
+    finally:
+        store.close()
+        drop_schema(schema)
+
+
+def _schema_at(version: int, rows: int) -> str:
+    """A schema migrated to `version` only, holding `rows` tasks (a third RUNNING)."""
+    schema = new_schema()
+    with psycopg.connect(PG_URL) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"SET search_path = {schema}")
+        conn.execute("CREATE TABLE taskfuse_migrations (version integer PRIMARY KEY, "
+                     "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        for mig in migrations("postgres")[:version]:
+            conn.execute(mig.sql.encode())
+            conn.execute("INSERT INTO taskfuse_migrations (version, name) VALUES (%s, %s)",
+                         [mig.version, mig.name])
+        conn.execute(
+            "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
+            "max_retry, timeout, created_at) SELECT 'b' || i, 'k', 't', CASE WHEN i %% 3 = 0 "
+            "THEN 'RUNNING' ELSE 'SUCCESS' END, 1, 0, 0, 60, i "
+            "FROM generate_series(1, %s) AS i", [rows])
+    return schema
+
+
+def test_the_migration_counts_a_table_that_already_holds_rows() -> None:
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = _schema_at(4, 3000)
+    try:
+        before = scanned(schema)
+        store = PostgresStore(pg_url(schema), pool_max=1)
+        try:
+            assert store.schema_version() == 5
+            assert store.counts() == before
+            assert before[TaskStatus.RUNNING] == 1000 and before[TaskStatus.SUCCESS] == 2000
+            store.insert([T("new")])
+            assert store.counts()[TaskStatus.PENDING] == 1
+        finally:
+            store.close()
+    finally:
+        drop_schema(schema)
+
+
+def test_a_watcher_of_a_schema_from_before_counts_every_row() -> None:
+    """A read-only store never migrates: on a schema without kept counts it counts rows."""
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = _schema_at(4, 30)
+    try:
+        watcher = PostgresStore(pg_url(schema), read_only=True, pool_max=1)
+        try:
+            assert watcher.counts() == scanned(schema)
+            assert watcher.counts()[TaskStatus.RUNNING] == 10
+        finally:
+            watcher.close()
+    finally:
+        drop_schema(schema)
+
+
+def test_a_watcher_reads_kept_counts_without_writing() -> None:
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = new_schema()
+    writer = PostgresStore(pg_url(schema), pool_max=1)
+    try:
+        writer.insert([T(f"t{i}") for i in range(3)])
+        watcher = PostgresStore(pg_url(schema), read_only=True, pool_max=1)
+        try:
+            assert watcher.counts()[TaskStatus.PENDING] == 3  # the deltas, unfolded
+            assert deltas(schema) == 1
+        finally:
+            watcher.close()
+    finally:
+        writer.close()
+        drop_schema(schema)
+
