@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import statistics
 import tempfile
 import threading
 import time
@@ -336,3 +337,28 @@ def test_claim_cost_vs_table_size(benchmark, filled, kind: str) -> None:
     benchmark.extra_info["rows"] = size
     got = benchmark.pedantic(lambda: store.claim("w", 1e12, BATCH), rounds=150, iterations=1)
     assert len(got) == BATCH
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_counts_vs_table_size(benchmark, filled, kind: str) -> None:
+    """`counts()` at 10k and 1M rows: PostgreSQL reads its kept counts (must stay flat);
+    SQLite counts its rows. On PostgreSQL, extra_info carries the median of a count of
+    every row in the same run (`scan_ms`), what counts() cost before it kept them."""
+    size, stores = filled
+    if kind not in stores:
+        pytest.skip("PostgreSQL unreachable")
+    store = stores[kind]
+    benchmark.group = f"stores: counts() vs table size ({kind})"
+    benchmark.extra_info["rows"] = size
+    got = benchmark.pedantic(store.counts, rounds=20, iterations=1)
+    assert sum(got.values()) == size
+    if kind == "postgres":
+        from taskfuse.store.postgres import Q
+
+        def scan() -> float:
+            began = time.perf_counter()
+            store._run(lambda c, _: c.execute(Q["counts_scan"]).fetchall())
+            return time.perf_counter() - began
+
+        benchmark.extra_info["scan_ms"] = round(statistics.median(scan() for _ in range(5))
+                                                * 1000, 2)
