@@ -299,7 +299,9 @@ class Runner:
             thread.join(max(0.0, end - time.monotonic()))  # not answer is left to its end
         with self.attempts.mu:
             late, self._released_late = self._released_late, []
-        return released + late
+        # A claim in flight when the stop came may have taken a task this shutdown had just
+        # released, and released it again: each task once, as it was last released.
+        return list({task.task_id: task for task in released + late}.values())
 
     def _take_buffer(self) -> list[TaskContext]:
         at = self.attempts

@@ -19,6 +19,7 @@ import pytest
 
 from taskfuse.core.retry import Backoff, BackoffKind, RetryPolicy
 from taskfuse.core.states import TaskStatus
+from taskfuse.limits.schema import KindLimits, Limits
 from taskfuse.runtime import App, Runner, TaskCanceled
 from taskfuse.runtime.context import TaskContext
 from taskfuse.store.memory import MemoryStore
@@ -117,10 +118,13 @@ class Job:
 
 
 def _app(job: Job) -> App:
+    """`overlap`: attempt 2 may start beside attempt 1 on one runner. Without it the retry
+    waits for attempt 1 once the runner knows it stopped (its next heartbeat, 20 ms here),
+    so attempt 2 ran only when the claim won that race (and hung the test when it lost)."""
     app = App(policy=NO_WAIT, lease_s=30.0)
     app.downstream("partner", bulkhead=1)
     app.task("job", timeout=60.0)(job)
-    return app
+    return app.configure(Limits(kinds={"job": KindLimits(overlap=True)}))
 
 
 def _wait(predicate: Callable[[], bool], what: str) -> None:
