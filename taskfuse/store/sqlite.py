@@ -68,6 +68,9 @@ _SUCCESS = TaskStatus.SUCCESS
 _STATUS = STATUS_OF
 _VALUE = VALUE_OF
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: The largest page cache a connection may ask for (a typo of a few zeros must not reach
+#: SQLite as a size it tries to honour).
+_MAX_CACHE_MB = 65_536
 
 
 def _queries() -> dict[str, str]:
@@ -131,8 +134,9 @@ class SQLiteStore(NamedQueryReads):
             raise StoreURLError(f"synchronous must be one of {_SYNC_MODES}, got {synchronous!r}")
         if busy_timeout_s <= 0:
             raise StoreURLError(f"busy_timeout must be > 0 seconds, got {busy_timeout_s!r}")
-        if not cache_mb > 0:
-            raise StoreURLError(f"cache_mb must be > 0 megabytes, got {cache_mb!r}")
+        if not 0 < cache_mb <= _MAX_CACHE_MB:
+            raise StoreURLError(
+                f"cache_mb must be > 0 and <= {_MAX_CACHE_MB} megabytes, got {cache_mb!r}")
         self.cache_mb = cache_mb
         self.path = str(path)
         self.synchronous = sync

@@ -179,6 +179,7 @@ def test_open_store_opens_each_durable_store_by_url(tmp_path) -> None:
 
 @pytest.mark.parametrize("url", ["mysql://u:pw@h/db", "sqlite://", "sqlite:///x.db?journal=1",
                                  "sqlite:///x.db?cache_mb=0", "sqlite:///x.db?cache_mb=lots",
+                                 "sqlite:///x.db?cache_mb=inf", "sqlite:///x.db?cache_mb=nan",
                                  "postgresql://u:s3cret@h/db?schema=Bad-Name"])
 def test_bad_urls_are_refused_without_showing_credentials(url) -> None:
     with pytest.raises(StoreURLError) as info:
