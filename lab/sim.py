@@ -33,7 +33,7 @@ from lab.model.provider import Provider
 from lab.scenario import BatchSpec, CallStep, DbStep, HangStep, Scenario, Step, WorkStep
 from lab.store import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
-from taskfuse.core.events import Event, EventKind
+from taskfuse.core.events import THREAD_WAIT, Event, EventKind
 from taskfuse.core.metrics import AlertEvaluator
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -363,6 +363,8 @@ class Simulation:
             self._watchdog.interrupt("deadline")
         if task.version == 1:
             stats.first_waits.append(env.now - task.created_at)
+        if task.started_at < env.now:  # type: ignore[operator]  # claimed ahead of its worker
+            self._began_late(task)
         steps = self.programs[task.payload].steps
         track = self.track
         # What the attempt must give back: connections kept for the whole task, and, when a
@@ -478,6 +480,17 @@ class Simulation:
             self.live -= 1
         if self.idle:
             self._wake(1)
+
+    def _began_late(self, task: Task) -> None:
+        """An attempt claimed ahead (claim_batch > 1) begins after its claim: the wait for
+        its worker is a WAIT for a thread and not run time, as in the runtime."""
+        now = self.env.now
+        waited = now - task.started_at  # type: ignore[operator]
+        self.store.waited[task.task_id] = (task.started_at, waited)  # type: ignore[assignment]
+        if self.detail is not None:
+            self.detail(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,
+                              None, None, THREAD_WAIT, task.retry_count + 1, task.worker_id,
+                              "threads", waited))
 
     def _pool_waited(self, task: Task, pool: Pool, granted: bool, since: float) -> None:
         now = self.env.now

@@ -83,6 +83,10 @@ class LabStore(MemoryStore):
         self._on_end = on_end
         #: Tasks per status, live and ended: the store's own counters (read, never written).
         self.status_counts = self._counts
+        #: An attempt claimed ahead (claim_batch > 1), by task: its claim time and the seconds
+        #: it waited for its worker. Its run time counts from when it began, as the runtime's
+        #: does (a WAIT for a thread); an entry of an earlier attempt is ignored at the end.
+        self.waited: dict[str, tuple[float, float]] = {}
 
     def swap(self, new: Task, expected_version: int) -> bool:
         if not MemoryStore.swap(self, new, expected_version):
@@ -93,9 +97,11 @@ class LabStore(MemoryStore):
 
     def _end(self, task: Task) -> None:
         started, finished = task.started_at, task.finished_at
-        if started is not None and self._on_end is not None:  # it ended from RUNNING
-            self._on_end(task.batch_id or NO_BATCH, finished, finished - started)  # type: ignore[operator]
         tid = task.task_id
+        if started is not None and self._on_end is not None:  # it ended from RUNNING
+            late = self.waited.pop(tid, None) if self.waited else None
+            began = started + late[1] if late is not None and late[0] == started else started
+            self._on_end(task.batch_id or NO_BATCH, finished, finished - began)  # type: ignore[operator]
         self._ended.append((tid, task.kind, task.batch_id, task.status, task.retry_count,
                             task.created_at, started, finished, task.error_kind,
                             task.depends_on))

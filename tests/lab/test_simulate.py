@@ -271,3 +271,24 @@ def test_watch_runs_paced_while_a_follower_reads_the_growing_trace(monkeypatch, 
     assert seen[-1][0] is True  # the follower saw the end
     partial = [n for done, n in seen if not done]
     assert partial and max(partial) > 0  # ... and samples before the end: it was live
+
+
+def test_a_task_claimed_ahead_runs_from_when_its_worker_takes_it(tmp_path) -> None:
+    """One worker holding two tasks at once (claim_batch 2), each 1 s of work, both claimed
+    at t=0: the second waits 1 s for the worker, a WAIT for a thread as in the runtime, and
+    both run 1 s (its wait is queueing: first waits 0 and 1 s)."""
+    trace = tmp_path / "b.trace"
+    run = simulate("""
+    workers: 1
+    claim_batch: 2
+    batches:
+      - id: b
+        count: 2
+        program: [{work: 1.0}]
+    """, trace=trace)
+    r = run.report
+    assert r["makespan_s"] == 2.0
+    assert (r["run_s"]["p50"], r["run_s"]["p99"]) == (1.0, 1.0)
+    assert r["wait_s"]["p99"] == pytest.approx(1.0, abs=0.02)
+    waits = [(e.reason, e.subject, e.value) for e in read_trace(trace).events(kind="wait")]
+    assert waits == [("thread", "threads", 1.0)]
