@@ -131,10 +131,12 @@ def test_short_tasks_are_claimed_past_a_bulkhead_by_its_prefetch_only(
     bound = 2 + 2 * per_thread
     calls = runner.submit_many([runner.spec("call", i) for i in range(bound + 30)])
     assert wait_until(lambda: len(running(runner, calls)) == bound)
+    # The claims land before the threads take their tasks from the buffer: wait for them.
+    assert wait_until(lambda: runner.attempts.busy() == 4)  # two inside, two queued
     with runner.attempts.mu:
         full, _ = runner._bulkhead_room()
         assert full == {"partner"}  # the claimer takes none of them until one finishes
-        assert runner.attempts.busy() == 4  # two inside, two queued for a permit
+        assert runner.attempts.busy() == 4
     assert len(running(runner, calls)) == bound
     release.set()
     assert runner.join(JOIN_S)
