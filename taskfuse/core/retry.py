@@ -185,17 +185,52 @@ class Backoff:
         return c
 
 
-@dataclass(frozen=True, slots=True)
 class RetryDecision:
     """The answer of ``RetryPolicy.decide``: retry after ``delay`` seconds, or stop.
 
     ``reason`` is for people (events, logs, the monitor), e.g.
     ``"retryable 'http_503', retry 2 of 3 in 0.412s"`` or ``"not retryable: 'http_401'"``.
+    A retry's reason is formatted when first read: a simulation decides a retry for every
+    failed call and reads none of their reasons, and formatting one cost as much as the
+    decision. A value: equal when retry, delay and reason are.
     """
 
-    retry: bool
-    delay: float
-    reason: str
+    __slots__ = ("_reason", "delay", "retry")
+
+    def __init__(self, retry: bool, delay: float, reason: str) -> None:
+        self.retry = retry
+        self.delay = delay
+        self._reason: str | tuple[str, int, int] = reason
+
+    @classmethod
+    def retrying(cls, delay: float, error_kind: str, number: int, max_retry: int
+                 ) -> RetryDecision:
+        """Retry number `number` of `max_retry` after `delay`, its reason formatted on read."""
+        decision = cls.__new__(cls)
+        decision.retry = True
+        decision.delay = delay
+        decision._reason = (error_kind, number, max_retry)
+        return decision
+
+    @property
+    def reason(self) -> str:
+        reason = self._reason
+        if isinstance(reason, tuple):
+            kind, number, max_retry = reason
+            reason = self._reason = (
+                f"retryable {str(kind)!r}, retry {number} of {max_retry} in {self.delay:.3f}s")
+        return reason
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RetryDecision):
+            return NotImplemented
+        return (self.retry, self.delay, self.reason) == (other.retry, other.delay, other.reason)
+
+    def __hash__(self) -> int:
+        return hash((self.retry, self.delay, self.reason))
+
+    def __repr__(self) -> str:
+        return f"RetryDecision(retry={self.retry!r}, delay={self.delay!r}, reason={self.reason!r})"
 
 
 _BUDGET_EXHAUSTED = RetryDecision(False, 0.0, "retry budget exhausted")
@@ -491,9 +526,5 @@ class RetryPolicy:
         if budget is not None and not budget.spend(now):
             return _BUDGET_EXHAUSTED
         number = retry_count + 1
-        delay = self.backoff.delay(number, rng, previous_delay)
-        return RetryDecision(
-            True,
-            delay,
-            f"retryable {str(error_kind)!r}, retry {number} of {max_retry} in {delay:.3f}s",
-        )
+        return RetryDecision.retrying(self.backoff.delay(number, rng, previous_delay),
+                                      error_kind, number, max_retry)

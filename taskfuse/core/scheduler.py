@@ -45,10 +45,11 @@ from taskfuse.core.states import (
     derive_batch_status,
 )
 from taskfuse.core.storeapi import Store
-from taskfuse.core.task import Batch, Outcome, Task, TaskSpec, move
+from taskfuse.core.task import Batch, Outcome, Task, TaskSpec, move, new_task
 
 _RUNNING = TaskStatus.RUNNING
 _PENDING = TaskStatus.PENDING
+_SUCCEED = TaskEvent.SUCCEED
 _MOVE = EventKind.MOVE
 _NOTHING: frozenset[str] = frozenset()
 #: The lock of a scheduler no thread shares (the lab's): hot paths skip entering it.
@@ -195,21 +196,22 @@ class Scheduler:
         max_retry = spec.max_retry if spec.max_retry is not None else policy.max_retry
         if max_retry < 0:
             raise SchedulerError(f"max_retry must be >= 0, got {max_retry!r}")
-        return Task(
-            task_id=spec.task_id or self._new_id(),
-            kind=spec.kind,
-            payload=spec.payload,
-            batch_id=spec.batch_id if spec.batch_id is not None else batch_id,
-            trace_id=spec.trace_id or f"{self.rng.getrandbits(64):016x}",
-            idempotency_key=spec.idempotency_key,
-            depends_on=tuple(spec.depends_on),
-            priority=spec.priority,
-            max_retry=max_retry,
-            timeout=timeout,
-            not_before=spec.not_before,
-            created_at=now,
-            downstreams=tuple(spec.downstreams),
-            pending_since=now,
+        # new_task takes SUBMITTED_FIELDS by position, in that order
+        return new_task(
+            spec.task_id or self._new_id(),
+            spec.kind,
+            spec.payload,
+            spec.batch_id if spec.batch_id is not None else batch_id,
+            spec.trace_id or self.rng.getrandbits(64).to_bytes(8, "big").hex(),
+            spec.idempotency_key,
+            tuple(spec.depends_on),
+            spec.priority,
+            max_retry,
+            timeout,
+            spec.not_before,
+            now,
+            tuple(spec.downstreams),
+            now,
         )
 
     def submit(self, spec: TaskSpec, now: float) -> Task:
@@ -398,7 +400,9 @@ class Scheduler:
 
     def _after(self, task: Task, outcome: Outcome, now: float) -> tuple[Task, str]:
         if outcome.ok:
-            return move(task, TaskEvent.SUCCEED, now, result=outcome.result), "ok"
+            new = move(task, _SUCCEED, now)
+            new.result = outcome.result  # not stored yet: still ours to finish
+            return new, "ok"
         kind = outcome.error_kind or "error"
         msg = outcome.error_msg
         if kind == ErrorKind.BREAKER_OPEN:

@@ -1,7 +1,7 @@
 """MemoryStore: the Store protocol in process memory, the lab's default and the tests' oracle.
 
-It keeps the indexes a database would: ready queues ("lanes") per (batch, downstreams) as
-heaps keyed (-priority, ready_at, seq), a heap of tasks waiting out a backoff keyed by
+It keeps the indexes a database would: ready queues ("lanes") per (batch, downstreams) in
+the order of (-priority, ready_at, seq) (`_Lane`), a heap of tasks waiting out a backoff keyed by
 not_before (so claims never pop and re-push delayed entries), a deadline heap for the
 watchdog, and per-task counts of unfinished dependencies (graphlib's way). Heap entries
 carry the version they were pushed at; an entry whose task has moved on is stale and is
@@ -11,7 +11,7 @@ dropped when met. Every status change goes through `swap`, the compare-and-set.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import count
@@ -30,6 +30,47 @@ _SUCCESS = TaskStatus.SUCCESS
 _CLAIM = TaskEvent.CLAIM
 
 LaneKey = tuple[str | None, tuple[str, ...]]
+Entry = tuple[int, float, int, str, int]  # (-priority, ready_at, seq, task_id, version)
+
+
+class _Lane:
+    """One lane's ready entries: a run kept in order, and a heap for what arrives out of it.
+
+    A batch submitted at once enters its lane in order (one priority, one ready time, rising
+    sequence numbers), and so do most retries (promoted in not_before order): they append
+    to the run and leave from its front in O(1). Only an entry that would break the order (a
+    higher priority, an earlier ready time) goes to the heap. The head is the smaller of the
+    two fronts, so entries leave in exactly a heap's order, while a claim from a lane of a
+    million tasks no longer pays a pop's twenty comparisons of tuples.
+    """
+
+    __slots__ = ("heap", "run")
+
+    def __init__(self) -> None:
+        self.run: deque[Entry] = deque()
+        self.heap: list[Entry] = []
+
+    def __len__(self) -> int:
+        return len(self.run) + len(self.heap)
+
+    def push(self, entry: Entry) -> None:
+        run = self.run
+        if not run or run[-1] < entry:
+            run.append(entry)
+        else:
+            heapq.heappush(self.heap, entry)
+
+    def head(self) -> Entry | None:
+        run, heap = self.run, self.heap
+        if heap and (not run or heap[0] < run[0]):
+            return heap[0]
+        return run[0] if run else None
+
+    def pop(self) -> Entry:
+        run, heap = self.run, self.heap
+        if heap and (not run or heap[0] < run[0]):
+            return heapq.heappop(heap)
+        return run.popleft()
 
 
 class StoreError(TaskfuseError):
@@ -45,7 +86,7 @@ class MemoryStore:
         self._by_trace: dict[str, list[str]] = defaultdict(list)
         self._children: dict[str, list[str]] = defaultdict(list)
         self._unmet: dict[str, int] = {}
-        self._lanes: dict[LaneKey, list[tuple[int, float, int, str, int]]] = {}
+        self._lanes: dict[LaneKey, _Lane] = {}
         self._delayed: list[tuple[float, int, str, int]] = []
         self._deadlines: list[tuple[float, int, str, int]] = []
         self._pending_age: list[tuple[float, int, str, int]] = []
@@ -101,8 +142,7 @@ class MemoryStore:
         self._tasks[new.task_id] = new
         src, dst = old.status, new.status
         if src is not dst:
-            self._count(new.batch_id, src, -1)
-            self._count(new.batch_id, dst, 1)
+            self._recount(new.batch_id, src, dst)
             if src is _RUNNING:
                 self._running.pop(new.task_id, None)
             if dst is _RUNNING:
@@ -135,10 +175,10 @@ class MemoryStore:
 
     def _push_ready(self, task: Task, ready_at: float, seq: int) -> None:
         lane = (task.batch_id, task.downstreams)
-        heap = self._lanes.get(lane)
-        if heap is None:
-            heap = self._lanes[lane] = []
-        heapq.heappush(heap, (-task.priority, ready_at, seq, task.task_id, task.version))
+        queue = self._lanes.get(lane)
+        if queue is None:
+            queue = self._lanes[lane] = _Lane()
+        queue.push((-task.priority, ready_at, seq, task.task_id, task.version))
 
     def _release_children(self, task_id: str) -> None:
         for child_id in self._children.get(task_id, ()):
@@ -162,6 +202,18 @@ class MemoryStore:
             if per is None:
                 per = self._batch_counts[batch_id] = dict.fromkeys(TaskStatus, 0)
             per[status] += delta
+
+    def _recount(self, batch_id: str | None, src: TaskStatus, dst: TaskStatus) -> None:
+        """One task moved from `src` to `dst`: `_count` twice, in one call (every move)."""
+        counts = self._counts
+        counts[src] -= 1
+        counts[dst] += 1
+        if batch_id is not None:
+            per = self._batch_counts.get(batch_id)
+            if per is None:
+                per = self._batch_counts[batch_id] = dict.fromkeys(TaskStatus, 0)
+            per[src] -= 1
+            per[dst] += 1
 
     def heartbeat(self, task_id: str, version: int, now: float) -> bool:
         task = self._tasks.get(task_id)
@@ -210,16 +262,16 @@ class MemoryStore:
         if delayed and delayed[0][0] <= now:
             self._promote(now)
         claimed: list[Task] = []
-        skipped: list[tuple[LaneKey, tuple[int, float, int, str, int]]] = []
+        skipped: list[tuple[LaneKey, Entry]] = []
         tasks = self._tasks
         lanes = self._lanes
         while len(claimed) < limit:
             lane = self._best_lane(blocked)
             if lane is None:
                 break
-            heap = lanes[lane]
-            entry = heapq.heappop(heap)
-            if not heap:
+            queue = lanes[lane]
+            entry = queue.pop()
+            if not queue:
                 del lanes[lane]
             if exclude and entry[3] in exclude:
                 skipped.append((lane, entry))
@@ -230,7 +282,10 @@ class MemoryStore:
             self._started(new)
             claimed.append(new)
         for lane, entry in skipped:  # back in place: ready for a claim that may take them
-            heapq.heappush(lanes.setdefault(lane, []), entry)
+            queue = lanes.get(lane)
+            if queue is None:
+                queue = lanes[lane] = _Lane()
+            queue.push(entry)
         return claimed
 
     def _started(self, new: Task) -> None:
@@ -264,34 +319,36 @@ class MemoryStore:
         """The lane whose head goes first among lanes not capped or blocked; drops stale heads."""
         lanes = self._lanes
         if len(lanes) == 1 and not self._caps and not blocked:  # one lane, nothing to skip
-            for lane, heap in lanes.items():
-                return lane if self._live_head(heap) else self._drop(lane)
+            for lane, queue in lanes.items():
+                return lane if self._live_head(queue) is not None else self._drop(lane)
         best: LaneKey | None = None
         best_head = None
         caps = self._caps
-        for lane, heap in list(lanes.items()):
+        for lane, queue in list(lanes.items()):
             batch_id, downstreams = lane
             if batch_id in caps and self._batch_counts[batch_id][_RUNNING] >= caps[batch_id]:
                 continue
             if blocked and downstreams and not blocked.isdisjoint(downstreams):
                 continue
-            if not self._live_head(heap):
+            head = self._live_head(queue)
+            if head is None:
                 self._drop(lane)
                 continue
-            if best_head is None or heap[0] < best_head:
-                best, best_head = lane, heap[0]
+            if best_head is None or head < best_head:
+                best, best_head = lane, head
         return best
 
-    def _live_head(self, heap: list[tuple[int, float, int, str, int]]) -> bool:
-        """Pop stale entries off a lane's top; whether a live one is left."""
+    def _live_head(self, queue: _Lane) -> Entry | None:
+        """Drop stale entries off a lane's front; its live head, if one is left."""
         tasks = self._tasks
-        while heap:
-            head = heap[0]
+        while True:
+            head = queue.head()
+            if head is None:
+                return None
             task = tasks[head[3]]
             if task.version == head[4] and task.status is _PENDING:
-                return True
-            heapq.heappop(heap)
-        return False
+                return head
+            queue.pop()
 
     def _drop(self, lane: LaneKey) -> None:
         del self._lanes[lane]
