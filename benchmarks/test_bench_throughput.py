@@ -13,7 +13,9 @@ loop that does only the SQL, in the same run.
   the clock starts: cost per task must stay flat as finished rows pile up.
 * fleet: 1, 2 and 4 worker processes (benchmarks/fleet_worker.py, 4 threads each) draining
   one SQLite file or PostgreSQL schema, timed from a start signal after every process is
-  ready (on SQLite, writers of different processes take turns on the file's lock).
+  ready until every process has seen the store drained and said so (not until the
+  processes have exited); on SQLite, writers of different processes take turns on the
+  file's lock.
 
 Each runner benchmark's `extra_info` carries `tasks_per_s`; the minimal ones too, so ratios
 come from one session. Run:
@@ -232,12 +234,14 @@ class FleetRig:
             line = proc.stdout.readline().split()
             assert line and line[0] == "done", line
             claimed += int(line[1])
-            proc.wait(60)
         assert claimed == N  # every task ran once
+        # Timed until every process said "done": its interpreter's exit is not throughput.
 
     def close(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         self.procs = []

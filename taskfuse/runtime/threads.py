@@ -84,6 +84,10 @@ _UNFINISHED = (TaskStatus.PENDING, TaskStatus.RUNNING)
 #: Bound of idle waits on a durable store: without notifications, and with them (a net).
 _POLL_S = 0.25
 _LISTEN_BOUND_S = 1.0
+#: How often a join whose runner has nothing in flight asks the store whether other
+#: processes' tasks are done: one index probe. At 0.25 s, a fleet of two processes draining
+#: 20k tasks in 0.8 s spent up to a third more waiting to notice the other had finished.
+_JOIN_POLL_S = 0.05
 #: Longest pause after a store error in a claim or commit loop (the pause doubles up to it).
 _MAX_ERROR_PAUSE_S = 1.0
 #: How long shutdown waits, past the grace, for threads whose task processes it killed, and
@@ -438,7 +442,7 @@ class Runner:
         """
         end = None if timeout is None else time.monotonic() + timeout
         at = self.attempts
-        bound = 0.05 if self._local else _POLL_S
+        bound = _JOIN_POLL_S
         while True:
             with at.mu:  # busy here, or the claimer still finding work: no need to ask
                 busy = (not at.idle(batch_id) or not self._claimer_idle) and not self._closed
