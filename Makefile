@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test property bench baseline clean
+.PHONY: run test property bench bench-peers baseline clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -34,6 +34,11 @@ property: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-only
+
+# taskfuse beside pgqueuer on the same PostgreSQL, in one run (installs the `peers` extra).
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[peers]'
+	$(BIN)/python -m pytest benchmarks/test_bench_peers.py --benchmark-only
 
 # Rewrite benchmarks/baseline.json (the regression gate of `make test`) on purpose.
 baseline: $(STAMP)
