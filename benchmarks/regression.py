@@ -55,8 +55,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "benchmarks" / "baseline.json"
 
 #: How far a wall-time ratio may rise above its baseline. Sized from its spread on the 2-core
-#: machine shared with other work: the gate's figure (median of 5 alternating rounds, CPU
-#: seconds of this process) ranged 0.97-1.035 x its own median over 12 runs (1.33-1.42), so
+#: machine shared with other work: the gate's figure (median of 9 alternating rounds, CPU
+#: seconds of this process) ranged 0.97-1.035 x its own median over 12 runs (1.33-1.42), and
+#: 0.96-1.04 x over 11 runs on a day the machine ran twice as fast (1.40-1.50; the commit
+#: before read 1.46-1.52 that day against its baseline of 1.397: the minimal model gains
+#: more from a faster machine than the lab does, so the baseline is that day's median, 1.45).
 #: 1.10 passes every run seen with room for a busier machine, while the lab growing 10 %
 #: slower than the minimal model fails.
 RATIO_SLACK = 1.10
@@ -245,7 +248,7 @@ def scenarios() -> dict[str, dict[str, Any]]:
 
 
 @figure("lab_over_minimal_wall", compare=ratio_within(RATIO_SLACK), timed=True)
-def lab_wall_ratio(n: int = 3000, rounds: int = 5) -> float:
+def lab_wall_ratio(n: int = 3000, rounds: int = 9) -> float:
     """Median of lab / minimal CPU times, the two run alternately in this process."""
     from benchmarks.minimal_incident import MinimalIncident
     from lab.sim import Simulation
