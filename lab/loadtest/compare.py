@@ -66,6 +66,12 @@ def lookup(report: dict[str, Any], path: str) -> float | None:
     return None if node is None or isinstance(node, bool) else float(node)
 
 
+def is_time(path: str) -> bool:
+    """Whether a key path names seconds: its last part (`latency_p99_s`) or the metric it is
+    a percentile of (`run_s.p99`). Everything else is a count (or a count-like figure)."""
+    return any(part.endswith("_s") for part in path.split("."))
+
+
 def compare_reports(simulated: dict[str, Any], real: dict[str, Any], tolerance: float,
                     time_scale: float) -> list[Row]:
     """One Row per compared metric, flagged when beyond tolerance and noise (module doc)."""
@@ -76,7 +82,7 @@ def compare_reports(simulated: dict[str, Any], real: dict[str, Any], tolerance: 
         rel = None
         if a is not None and b is not None:
             rel = (b - a) / abs(a) if a else (0.0 if b == 0 else float("inf"))
-        floor = time_floor if path.endswith("_s") else COUNT_FLOOR
+        floor = time_floor if is_time(path) else COUNT_FLOOR
         if path == "throughput_per_s" and a:
             floor = 0.0
         flagged = (a is None) != (b is None) or (

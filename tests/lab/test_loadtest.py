@@ -295,6 +295,19 @@ def test_comparison_flags_only_differences_beyond_tolerance_and_noise() -> None:
     assert "makespan_s" in text and "beyond tolerance" in text
 
 
+def test_percentiles_of_times_are_compared_as_times_not_counts() -> None:
+    """`run_s.p50` is seconds: 1 s against 2 s is a disagreement, though the difference is
+    below the floor of counts (5); 0 against 1 ms of real time is noise."""
+    sim = run_scenario(scenario(SMALL)).report
+    real = json.loads(json.dumps(sim))
+    real["run_s"]["p50"] = 2 * sim["run_s"]["p50"]
+    real["wait_s"]["p99"] = sim["wait_s"]["p99"] + 0.001 / 0.2  # 1 ms of real time at 0.2
+    rows = {r.metric: r for r in compare_reports(sim, real, 0.25, 0.2)}
+    assert 0 < sim["run_s"]["p50"] < 2.5  # below the count floor: only a time floor flags it
+    assert rows["run_s.p50"].flagged
+    assert not rows["wait_s.p99"].flagged
+
+
 # -- stopping and bad input ----------------------------------------------------------------
 
 
