@@ -68,6 +68,8 @@ _SUCCESS = TaskStatus.SUCCESS
 _STATUS = STATUS_OF
 _VALUE = VALUE_OF
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: The migration from which the file keeps its counts by status (sqlite_0004_task_counts).
+_KEPT_COUNTS = 4
 #: The largest page cache a connection may ask for (a typo of a few zeros must not reach
 #: SQLite as a size it tries to honour).
 _MAX_CACHE_MB = 65_536
@@ -155,6 +157,8 @@ class SQLiteStore(NamedQueryReads):
             self._check_schema()
         else:
             self._migrate()
+        #: Counts by status kept in a table (migration 4); a watcher of an older file counts.
+        self._kept_counts = self.schema_version() >= _KEPT_COUNTS
 
     @classmethod
     def from_url(cls, url: str, read_only: bool = False) -> SQLiteStore:
@@ -197,6 +201,7 @@ class SQLiteStore(NamedQueryReads):
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys=OFF")
             conn.execute(f"PRAGMA cache_size=-{int(self.cache_mb * 1024)}")
+            conn.execute("PRAGMA temp_store=MEMORY")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite store {self.path!r}: {exc}") from None
         with self._conns_lock:
@@ -591,9 +596,11 @@ class SQLiteStore(NamedQueryReads):
         return None if row is None else _row_to_task(row)
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
+        """By status: the kept totals (a few rows) for the whole table, the batch's rows
+        through its index for one batch."""
         out = dict.fromkeys(TaskStatus, 0)
         if batch_id is None:
-            rows = self._conn().execute(Q["counts"])
+            rows = self._conn().execute(Q["counts" if self._kept_counts else "counts_scan"])
         else:
             rows = self._conn().execute(Q["counts_batch"], {"batch_id": batch_id})
         for status, n in rows:

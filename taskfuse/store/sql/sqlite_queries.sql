@@ -119,8 +119,8 @@ WHERE status = 'RUNNING' AND (task_id, version) IN (
 RETURNING task_id, version
 
 -- has_unfinished --
--- Two probes, each an index range that stops at its first row: cheap whatever the table's
--- size, where `counts` reads every row.
+-- Two probes of the partial indexes of RUNNING and of PENDING rows, each stopping at its
+-- first row: cheap whatever the table's size.
 SELECT EXISTS (SELECT 1 FROM tasks WHERE status = 'RUNNING')
     OR EXISTS (SELECT 1 FROM tasks WHERE status = 'PENDING')
 
@@ -175,6 +175,11 @@ WHERE d.depends_on = :task_id
 ORDER BY t.seq, d.pos
 
 -- counts --
+-- Kept by the triggers of migration 4: a few rows, whatever the table's size.
+SELECT status, n FROM task_counts
+
+-- counts_scan --
+-- A file from before migration 4 (a watcher never migrates): every row, counted.
 SELECT status, count(*) FROM tasks GROUP BY status
 
 -- counts_batch --

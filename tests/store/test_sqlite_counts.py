@@ -1,0 +1,137 @@
+"""SQLite keeps its counts by status (migration 4): exact against a count of every row under
+threads that claim and complete in groups while others count, across the migration of a file
+that already holds rows, and for a watcher of a file from before it."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.task import move
+from taskfuse.store.sql import migrations, split_statements
+from taskfuse.store.sqlite import SQLiteStore
+from tests.store.test_contract import T
+
+THREADS = 4
+TASKS = 400
+
+
+def scanned(path: Path) -> dict[TaskStatus, int]:
+    """Every row counted: what the kept counts must equal."""
+    with sqlite3.connect(path) as conn:
+        found = {TaskStatus(s): n for s, n in
+                 conn.execute("SELECT status, count(*) FROM tasks GROUP BY status")}
+    return {s: found.get(s, 0) for s in TaskStatus}
+
+
+def _changes(event: TaskEvent, now: float) -> dict[str, Any]:
+    if event is TaskEvent.SUCCEED:
+        return {"result": None}
+    if event is TaskEvent.RETRY:
+        return {"not_before": now, "last_delay": 0.0, "error_kind": "error", "error_msg": "x"}
+    return {"error_kind": "error", "error_msg": "x"}
+
+
+def test_kept_counts_match_every_row_under_claims_completions_and_counts(tmp_path) -> None:
+    """Four threads claim in groups and complete in groups (successes, retries back to
+    PENDING, failures), renewing leases on the way, while a fifth counts all along: every
+    count adds up to the tasks submitted, and the last equals a count of every row."""
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    try:
+        store.insert([T(f"t{i}", max_retry=1) for i in range(TASKS)])
+        done = threading.Event()
+        seen: list[int] = []
+        errors: list[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                now = 1.0
+                while tasks := store.claim(f"w{n}", now, 16, frozenset()):
+                    store.heartbeat_many([(t.task_id, t.version) for t in tasks], now)
+                    moves = []
+                    for i, task in enumerate(tasks):
+                        event = (TaskEvent.SUCCEED, TaskEvent.RETRY, TaskEvent.FAIL)[i % 3]
+                        if event is TaskEvent.RETRY and task.retry_count >= task.max_retry:
+                            event = TaskEvent.FAIL
+                        moves.append((move(task, event, now, **_changes(event, now)),
+                                      task.version))
+                    store.swap_many(moves)
+                    now += 1.0
+            except BaseException as exc:
+                errors.append(exc)
+
+        def count() -> None:
+            while not done.is_set():
+                seen.append(sum(store.counts().values()))
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        workers = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        done.set()
+        counter.join()
+        assert errors == []
+        assert seen and set(seen) == {TASKS}
+        final = store.counts()
+        assert final == scanned(path)
+        assert final[TaskStatus.PENDING] == final[TaskStatus.RUNNING] == 0
+        assert final[TaskStatus.SUCCESS] + final[TaskStatus.FAILED] == TASKS
+        assert final[TaskStatus.SUCCESS] > 0 and final[TaskStatus.FAILED] > 0
+    finally:
+        store.close()
+
+
+def _file_at(path: Path, version: int, rows: int) -> Path:
+    """A file migrated to `version` only, holding `rows` tasks (a third RUNNING)."""
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("CREATE TABLE taskfuse_migrations ("
+                     "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)")
+        for mig in migrations("sqlite")[:version]:
+            for statement in split_statements(mig.sql, sqlite3.complete_statement):
+                conn.execute(statement)
+            conn.execute("INSERT INTO taskfuse_migrations VALUES (?, ?, 0)",
+                         (mig.version, mig.name))
+        conn.execute(
+            "WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?) "
+            "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
+            "max_retry, timeout, created_at, downstreams, depends_on) "
+            "SELECT 'b' || n, 'k', 't', CASE WHEN n % 3 = 0 THEN 'RUNNING' ELSE 'SUCCESS' END, "
+            "1, 0, 0, 60, n, '[]', '[]' FROM i", (rows,))
+    return path
+
+
+def test_the_migration_counts_a_file_that_already_holds_rows(tmp_path) -> None:
+    path = _file_at(tmp_path / "old.db", 3, 3000)
+    before = scanned(path)
+    store = SQLiteStore(path)
+    try:
+        assert store.schema_version() == 4
+        assert store.counts() == before
+        assert before[TaskStatus.RUNNING] == 1000 and before[TaskStatus.SUCCESS] == 2000
+        store.insert([T("new")])
+        assert store.counts()[TaskStatus.PENDING] == 1
+        with sqlite3.connect(path) as conn:  # the index of every row by status is gone
+            names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master "
+                                                "WHERE type = 'index'")}
+        assert "tasks_status" not in names and "tasks_deadline" in names
+    finally:
+        store.close()
+
+
+def test_a_watcher_of_a_file_from_before_counts_every_row(tmp_path) -> None:
+    """A read-only store never migrates: on a file without kept counts it counts rows."""
+    path = _file_at(tmp_path / "old.db", 3, 30)
+    watcher = SQLiteStore(path, read_only=True)
+    try:
+        assert watcher.schema_version() == 3
+        assert watcher.counts() == scanned(path)
+        assert watcher.counts()[TaskStatus.RUNNING] == 10
+    finally:
+        watcher.close()
