@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -50,6 +51,7 @@ from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_u
 from taskfuse.store.sql import (
     SELECT_TASK,
     STATUS_OF,
+    TASK_COLUMNS,
     VALUE_OF,
     NamedQueryReads,
     dumps,
@@ -84,6 +86,19 @@ def _queries() -> dict[str, str]:
 
 
 Q = _queries()
+
+#: The columns of an inserted row, in the order of `insert_tasks`.
+_INSERT_COLUMNS = (*TASK_COLUMNS, "unmet", "ready_tick")
+#: Rows per insert statement at most: 27 placeholders each, under the 32,766 of SQLite 3.32
+#: and later (an older library allows 999: fewer rows per statement then).
+_INSERT_GROUP = 500
+
+
+@lru_cache(maxsize=8)
+def _insert_sql(rows: int) -> str:
+    """`insert_tasks` for `rows` rows (a full group's text is built once)."""
+    one = "(" + ", ".join("?" * len(_INSERT_COLUMNS)) + ")"
+    return Q["insert_tasks"].replace("{values}", ", ".join([one] * rows))
 
 
 def _row_to_task(row: tuple[Any, ...]) -> Task:
@@ -318,7 +333,12 @@ class SQLiteStore(NamedQueryReads):
                     deps.append({"task_id": task.task_id, "pos": pos, "depends_on": dep})
                 status_of[task.task_id] = _VALUE[task.status]
                 rows.append(self._insert_params(task, encoded[index], unmet, first + i))
-            conn.executemany(Q["insert_task"], rows)
+            per = min(_INSERT_GROUP, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+                      // len(_INSERT_COLUMNS))
+            for at in range(0, len(rows), per):
+                group = rows[at:at + per]
+                conn.execute(_insert_sql(len(group)),
+                             [row[column] for row in group for column in _INSERT_COLUMNS])
             if deps:
                 conn.executemany(Q["insert_dep"], deps)
         self._notify_local()

@@ -135,3 +135,20 @@ def test_a_watcher_of_a_file_from_before_counts_every_row(tmp_path) -> None:
         assert watcher.counts()[TaskStatus.RUNNING] == 10
     finally:
         watcher.close()
+
+
+def test_a_submission_larger_than_a_statement_keeps_its_order_and_counts(tmp_path) -> None:
+    """Rows go in many per statement (the insert trigger's set-up then costs once per
+    group); a library that allows only 999 placeholders gets smaller groups."""
+    from taskfuse.core.scheduler import Scheduler
+
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        store._conn().setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # 37 rows each
+        store.insert([T(f"t{i}") for i in range(1234)])
+        assert store.counts()[TaskStatus.PENDING] == 1234
+        claimed = Scheduler(store).claim("w", 1.0, 1234).tasks  # type: ignore[union-attr]
+        assert [t.task_id for t in claimed] == [f"t{i}" for i in range(1234)]
+        assert store.counts()[TaskStatus.RUNNING] == 1234 == len(claimed)
+    finally:
+        store.close()

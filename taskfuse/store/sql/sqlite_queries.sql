@@ -23,12 +23,11 @@ SELECT task_id, status FROM tasks WHERE task_id IN (SELECT value FROM json_each(
 -- Reserve :n ticks of the monotonic counter; answers the last one reserved.
 UPDATE taskfuse_counter SET tick = tick + :n WHERE id = 1 RETURNING tick
 
--- insert_task --
-INSERT INTO tasks ({task}, unmet, ready_tick)
-VALUES (:task_id, :kind, :payload, :batch_id, :trace_id, :idempotency_key, :depends_on,
-        :priority, :status, :version, :retry_count, :max_retry, :timeout, :not_before,
-        :created_at, :started_at, :finished_at, :worker_id, :result, :error_kind, :error_msg,
-        :downstreams, :heartbeat_at, :last_delay, :pending_since, :unmet, :ready_tick)
+-- insert_tasks --
+-- New rows, many per statement: {values} is one row's placeholders (columns in the order
+-- listed) repeated per row. Migration 4's insert trigger then costs its statement's set-up
+-- once per group: one statement per row made submitting 20k tasks 35 % slower.
+INSERT INTO tasks ({task}, unmet, ready_tick) VALUES {values}
 
 -- insert_dep --
 INSERT INTO task_deps (task_id, pos, depends_on) VALUES (:task_id, :pos, :depends_on)
