@@ -333,8 +333,8 @@ class SQLiteStore(NamedQueryReads):
                     deps.append({"task_id": task.task_id, "pos": pos, "depends_on": dep})
                 status_of[task.task_id] = _VALUE[task.status]
                 rows.append(self._insert_params(task, encoded[index], unmet, first + i))
-            per = min(_INSERT_GROUP, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-                      // len(_INSERT_COLUMNS))
+            per = max(1, min(_INSERT_GROUP, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+                             // len(_INSERT_COLUMNS)))
             for at in range(0, len(rows), per):
                 group = rows[at:at + per]
                 conn.execute(_insert_sql(len(group)),
