@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
@@ -97,8 +97,31 @@ _INSERT_GROUP = 500
 @lru_cache(maxsize=8)
 def _insert_sql(rows: int) -> str:
     """`insert_tasks` for `rows` rows (a full group's text is built once)."""
-    one = "(" + ", ".join("?" * len(_INSERT_COLUMNS)) + ")"
-    return Q["insert_tasks"].replace("{values}", ", ".join([one] * rows))
+    return _repeated("insert_tasks", len(_INSERT_COLUMNS), rows)
+
+
+#: The values of a move in `swap_ended`, in the order of its columns.
+_ENDED_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
+                  "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
+                  "heartbeat_at", "last_delay", "pending_since")
+
+
+@lru_cache(maxsize=8)
+def _ended_sql(moves: int) -> str:
+    """`swap_ended` for `moves` moves."""
+    return _repeated("swap_ended", len(_ENDED_COLUMNS), moves)
+
+
+def _repeated(query: str, columns: int, rows: int) -> str:
+    """A query whose {values} is `rows` groups of `columns` positional placeholders."""
+    one = "(" + ", ".join("?" * columns) + ")"
+    return Q[query].replace("{values}", ", ".join([one] * rows))
+
+
+def _per_statement(conn: sqlite3.Connection, columns: int) -> int:
+    """Rows of `columns` placeholders one statement may take on this SQLite library."""
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return max(1, min(_INSERT_GROUP, limit // columns))
 
 
 def _row_to_task(row: tuple[Any, ...]) -> Task:
@@ -333,8 +356,7 @@ class SQLiteStore(NamedQueryReads):
                     deps.append({"task_id": task.task_id, "pos": pos, "depends_on": dep})
                 status_of[task.task_id] = _VALUE[task.status]
                 rows.append(self._insert_params(task, encoded[index], unmet, first + i))
-            per = max(1, min(_INSERT_GROUP, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-                             // len(_INSERT_COLUMNS)))
+            per = _per_statement(conn, len(_INSERT_COLUMNS))
             for at in range(0, len(rows), per):
                 group = rows[at:at + per]
                 conn.execute(_insert_sql(len(group)),
@@ -416,11 +438,41 @@ class SQLiteStore(NamedQueryReads):
             if succeeded:  # one look-up for the group instead of one per completion
                 rows = conn.execute(Q["parents_among"], {"ids": names(tuple(succeeded))})
                 parents = {r[0] for r in rows}
-            won = [self._swap_in(conn, new, p, parents)
-                   for (new, _), p in zip(moves, params, strict=True)]
+            ended = self._swap_ended(conn, moves, params)
+            won = []
+            for i, ((new, _), p) in enumerate(zip(moves, params, strict=True)):
+                if i not in ended:
+                    won.append(self._swap_in(conn, new, p, parents))
+                    continue
+                won.append(ended[i])
+                if ended[i] and new.status is _SUCCESS and new.task_id in (parents or ()):
+                    conn.execute(Q["release_children"],
+                                 {"parent": new.task_id, "tick": self._tick(conn)})
         if any(w and new.status is _PENDING for w, (new, _) in zip(won, moves, strict=True)):
             self._notify_local()
         return won
+
+    def _swap_ended(
+        self, conn: sqlite3.Connection, moves: Sequence[tuple[Task, int]],
+        params: list[dict[str, Any]],
+    ) -> dict[int, bool]:
+        """Apply the group's moves to an ended status in one statement (`swap_ended`): by
+        index of the move, whether it won. They take no tick, so the moves left for
+        `_swap_in`, and the children a success releases (in move order, by the caller),
+        reserve the same ticks in the same order as one statement per move did. A group
+        that moves one task twice is left whole to `_swap_in`, whose order decides."""
+        ids = [new.task_id for new, _ in moves]
+        picked = [i for i, (new, _) in enumerate(moves) if new.status in TERMINAL]
+        if len(picked) < 2 or len(set(ids)) != len(ids):
+            return {}
+        won: set[str] = set()
+        per = _per_statement(conn, len(_ENDED_COLUMNS))
+        for at in range(0, len(picked), per):
+            chunk = picked[at:at + per]
+            rows = conn.execute(_ended_sql(len(chunk)),
+                                [params[i][c] for i in chunk for c in _ENDED_COLUMNS])
+            won.update(r[0] for r in rows)
+        return {i: ids[i] in won for i in picked}
 
     def _swap_in(
         self,

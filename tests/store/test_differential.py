@@ -283,13 +283,12 @@ class StoreMachine(RuleBasedStateMachine):
     def claim(self, worker: str, limit: int, blocked: frozenset[str]) -> None:
         self.store.claim(worker, self.now, limit, blocked)
 
-    @precondition(lambda self: bool(self.store.ref.all_tasks()))
-    @rule(data=st.data(), stale=st.booleans())
-    def move(self, data: st.DataObject, stale: bool) -> None:
+    def _draw_move(self, data: st.DataObject) -> tuple[Task, int] | None:
+        """A legal move of some task and the version it expects (now and then a stale one)."""
         task = data.draw(st.sampled_from(self.store.ref.all_tasks()))
         events = EVENTS_FROM.get(task.status)
         if not events:
-            return
+            return None
         event = data.draw(st.sampled_from(sorted(events)))
         changes: dict[str, Any] = {}
         if event in (TaskEvent.RETRY, TaskEvent.TIMEOUT_RETRY, TaskEvent.DEFER):
@@ -298,8 +297,25 @@ class StoreMachine(RuleBasedStateMachine):
             changes["result"] = data.draw(st.sampled_from([None, "ok", {"rows": [1, 2]}]))
         if event in (TaskEvent.FAIL, TaskEvent.CANCEL):
             changes.update(error_kind="bad_params", error_msg="no")
-        new = move(task, event, self.now, **changes)
-        self.store.swap(new, task.version - 1 if stale else task.version)
+        stale = data.draw(st.booleans())
+        return move(task, event, self.now, **changes), task.version - 1 if stale else task.version
+
+    @precondition(lambda self: bool(self.store.ref.all_tasks()))
+    @rule(data=st.data())
+    def move(self, data: st.DataObject) -> None:
+        drawn = self._draw_move(data)
+        if drawn is not None:
+            self.store.swap(*drawn)
+
+    @precondition(lambda self: bool(self.store.ref.all_tasks()))
+    @rule(data=st.data(), size=st.integers(2, 6))
+    def move_group(self, data: st.DataObject, size: int) -> None:
+        """Several moves in one swap_many (a completer's group): successes that release
+        children, retries that take a tick, stale ones, a task moved twice."""
+        drawn = [self._draw_move(data) for _ in range(size)]
+        moves = [m for m in drawn if m is not None]
+        if moves:
+            self.store.swap_many(moves)
 
     @precondition(lambda self: bool(self.store.ref.all_tasks()))
     @rule(data=st.data(), attempt=st.sampled_from([0, 0, -1, -2, 1]))

@@ -152,3 +152,38 @@ def test_a_submission_larger_than_a_statement_keeps_its_order_and_counts(tmp_pat
         assert store.counts()[TaskStatus.RUNNING] == 1234 == len(claimed)
     finally:
         store.close()
+
+
+def test_a_group_of_completions_releases_children_and_ticks_as_moves_one_by_one(
+        tmp_path) -> None:
+    """Moves to an ended status go in one statement; the children a success releases and
+    a retry's fresh tick still come in move order: claims then agree with MemoryStore."""
+    from taskfuse.store.memory import MemoryStore
+
+    def script(store) -> list[str]:
+        store.insert([T("p"), T("q"), T("x", max_retry=2), T("f"), T("g")])
+        store.insert([T("c1", depends_on=("p",)), T("c2", depends_on=("q",))])
+        running = {t.task_id: t for t in store.claim("w", 1.0, 5, frozenset())}
+        assert set(running) == {"p", "q", "x", "f", "g"}
+        p, q, x, f, g = (running[k] for k in ("p", "q", "x", "f", "g"))
+        won = store.swap_many([
+            (move(p, TaskEvent.SUCCEED, 2.0, result=None), p.version),
+            (move(x, TaskEvent.RETRY, 2.0, not_before=2.0, last_delay=0.0,
+                  error_kind="error", error_msg="x"), x.version),
+            (move(g, TaskEvent.FAIL, 2.0, error_kind="bad", error_msg="no"), g.version - 1),
+            (move(q, TaskEvent.SUCCEED, 2.0, result=None), q.version),
+            (move(f, TaskEvent.FAIL, 2.0, error_kind="bad", error_msg="no"), f.version),
+        ])
+        assert won == [True, True, False, True, True]  # g's move was stale: g still runs
+        return [t.task_id for t in store.claim("w", 3.0, 10, frozenset())]
+
+    memory = script(MemoryStore())
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        assert script(store) == memory
+        assert sorted(memory) == ["c1", "c2", "x"]
+        assert store.counts() == scanned(tmp_path / "t.db")
+        assert store.counts()[TaskStatus.FAILED] == 1
+        assert store.counts()[TaskStatus.RUNNING] == 4  # g, and the three just claimed
+    finally:
+        store.close()

@@ -45,6 +45,24 @@ UPDATE tasks SET
     claim_token = :claim_token
 WHERE task_id = :task_id AND version = :expected
 
+-- swap_ended --
+-- The compare-and-sets of many moves to an ended status (they take no tick) in one
+-- statement: {values} is one move's placeholders, in the order of m's columns, per move;
+-- answers the tasks whose version still matched. A statement per move paid the count
+-- trigger's set-up per row (the runner drained 20k tasks in 1.16 x the time).
+WITH m (task_id, expected, status, version, retry_count, not_before, started_at, finished_at,
+        worker_id, result, error_kind, error_msg, heartbeat_at, last_delay, pending_since)
+AS (VALUES {values})
+UPDATE tasks SET
+    status = m.status, version = m.version, retry_count = m.retry_count,
+    not_before = m.not_before, started_at = m.started_at, finished_at = m.finished_at,
+    worker_id = m.worker_id, result = m.result, error_kind = m.error_kind,
+    error_msg = m.error_msg, heartbeat_at = m.heartbeat_at, last_delay = m.last_delay,
+    pending_since = m.pending_since, claim_token = NULL
+FROM m
+WHERE tasks.task_id = m.task_id AND tasks.version = m.expected
+RETURNING tasks.task_id
+
 -- has_children --
 SELECT 1 FROM task_deps WHERE depends_on = :parent LIMIT 1
 
