@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from benchmarks.test_bench_stores import PG_URL, _drop_schema, _need
-from benchmarks.test_bench_throughput import WORKERS, N, RunnerRig, _record
+from benchmarks.test_bench_throughput import WORKERS, N, RunnerRig, measure_drains
 
 pgqueuer = pytest.importorskip("pgqueuer", reason="pgqueuer not installed: make bench-peers")
 
@@ -38,12 +38,7 @@ os.environ["PGQUEUER_SCHEMA"] = PGQ_SCHEMA
 def test_taskfuse_runner(benchmark) -> None:
     _need("postgres")
     benchmark.group = GROUP
-    rig = RunnerRig("postgres")
-    try:
-        benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=3, iterations=1)
-    finally:
-        rig.close()
-    _record(benchmark)
+    measure_drains(benchmark, RunnerRig("postgres"))
 
 
 class PgQueuerRig:
@@ -109,9 +104,4 @@ def test_pgqueuer(benchmark, batch_size: int) -> None:
     _need("postgres")
     benchmark.group = GROUP
     benchmark.extra_info["batch_size"] = batch_size
-    rig = PgQueuerRig(batch_size)
-    try:
-        benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=3, iterations=1)
-    finally:
-        rig.close()
-    _record(benchmark)
+    measure_drains(benchmark, PgQueuerRig(batch_size))

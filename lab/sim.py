@@ -33,7 +33,7 @@ from lab.model.provider import Provider
 from lab.scenario import BatchSpec, CallStep, DbStep, HangStep, Scenario, Step, WorkStep
 from lab.store import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
-from taskfuse.core.events import THREAD_WAIT, Event, EventKind
+from taskfuse.core.events import Event, EventKind, thread_wait
 from taskfuse.core.metrics import AlertEvaluator
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -488,9 +488,7 @@ class Simulation:
         waited = now - task.started_at  # type: ignore[operator]
         self.store.waited[task.task_id] = (task.started_at, waited)  # type: ignore[assignment]
         if self.detail is not None:
-            self.detail(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,
-                              None, None, THREAD_WAIT, task.retry_count + 1, task.worker_id,
-                              "threads", waited))
+            self.detail(thread_wait(task, now, waited))
 
     def _pool_waited(self, task: Task, pool: Pool, granted: bool, since: float) -> None:
         now = self.env.now

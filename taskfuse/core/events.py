@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from taskfuse.core.task import Task
 
 
 class EventKind(StrEnum):
@@ -45,6 +48,13 @@ EventSink = Callable[[Event], None]
 
 #: A WAIT's reason when a claimed (prefetched) task waited for a worker thread to take it.
 THREAD_WAIT = "thread"
+
+
+def thread_wait(task: Task, now: float, waited: float) -> Event:
+    """The WAIT of an attempt claimed ahead that a worker took `waited` seconds after its
+    claim: both drivers report it, so run times count from when its code began."""
+    return Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id, None, None,
+                 THREAD_WAIT, task.retry_count + 1, task.worker_id, "threads", waited)
 
 _ALWAYS = frozenset({"t", "kind"})
 

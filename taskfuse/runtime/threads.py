@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taskfuse.core.events import THREAD_WAIT, Event, EventKind, EventSink
+from taskfuse.core.events import Event, EventKind, EventSink, thread_wait
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -520,9 +520,7 @@ class Runner:
         now = self.clock()
         waited = now - task.started_at if task.started_at is not None else 0.0
         if waited > 0:
-            self.emit(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,
-                            None, None, THREAD_WAIT, task.attempt, task.worker_id, "threads",
-                            waited))
+            self.emit(thread_wait(task, now, waited))
 
     # -- the claimer -----------------------------------------------------------------------
 

@@ -89,31 +89,20 @@ Q = _queries()
 
 #: The columns of an inserted row, in the order of `insert_tasks`.
 _INSERT_COLUMNS = (*TASK_COLUMNS, "unmet", "ready_tick")
-#: Rows per insert statement at most: 27 placeholders each, under the 32,766 of SQLite 3.32
-#: and later (an older library allows 999: fewer rows per statement then).
-_INSERT_GROUP = 500
-
-
-@lru_cache(maxsize=8)
-def _insert_sql(rows: int) -> str:
-    """`insert_tasks` for `rows` rows (a full group's text is built once)."""
-    return _repeated("insert_tasks", len(_INSERT_COLUMNS), rows)
-
-
+#: Rows per statement at most, for inserts and groups of completions (27 and 15 placeholders
+#: a row, under the 32,766 of SQLite 3.32 and later; an older library allows 999: fewer rows
+#: per statement then).
+_MAX_ROWS_PER_STATEMENT = 500
 #: The values of a move in `swap_ended`, in the order of its columns.
 _ENDED_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
                   "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
                   "heartbeat_at", "last_delay", "pending_since")
 
 
-@lru_cache(maxsize=8)
-def _ended_sql(moves: int) -> str:
-    """`swap_ended` for `moves` moves."""
-    return _repeated("swap_ended", len(_ENDED_COLUMNS), moves)
-
-
+@lru_cache(maxsize=16)
 def _repeated(query: str, columns: int, rows: int) -> str:
-    """A query whose {values} is `rows` groups of `columns` positional placeholders."""
+    """A query whose {values} is `rows` groups of `columns` positional placeholders (a full
+    group's text is built once)."""
     one = "(" + ", ".join("?" * columns) + ")"
     return Q[query].replace("{values}", ", ".join([one] * rows))
 
@@ -121,7 +110,7 @@ def _repeated(query: str, columns: int, rows: int) -> str:
 def _per_statement(conn: sqlite3.Connection, columns: int) -> int:
     """Rows of `columns` placeholders one statement may take on this SQLite library."""
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    return max(1, min(_INSERT_GROUP, limit // columns))
+    return max(1, min(_MAX_ROWS_PER_STATEMENT, limit // columns))
 
 
 def _row_to_task(row: tuple[Any, ...]) -> Task:
@@ -359,7 +348,7 @@ class SQLiteStore(NamedQueryReads):
             per = _per_statement(conn, len(_INSERT_COLUMNS))
             for at in range(0, len(rows), per):
                 group = rows[at:at + per]
-                conn.execute(_insert_sql(len(group)),
+                conn.execute(_repeated("insert_tasks", len(_INSERT_COLUMNS), len(group)),
                              [row[column] for row in group for column in _INSERT_COLUMNS])
             if deps:
                 conn.executemany(Q["insert_dep"], deps)
@@ -469,7 +458,7 @@ class SQLiteStore(NamedQueryReads):
         per = _per_statement(conn, len(_ENDED_COLUMNS))
         for at in range(0, len(picked), per):
             chunk = picked[at:at + per]
-            rows = conn.execute(_ended_sql(len(chunk)),
+            rows = conn.execute(_repeated("swap_ended", len(_ENDED_COLUMNS), len(chunk)),
                                 [params[i][c] for i in chunk for c in _ENDED_COLUMNS])
             won.update(r[0] for r in rows)
         return {i: ids[i] in won for i in picked}

@@ -4,16 +4,13 @@ rows, and for a watcher of a schema from before it."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import psycopg
 
-from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
-from taskfuse.core.task import move
 from taskfuse.store.sql import migrations
 from tests.store.backends import PG_URL, drop_schema, need_pg, new_schema, pg_url
+from tests.store.counts_load import drain_while_counting
 from tests.store.test_contract import T
 
 THREADS = 4
@@ -44,41 +41,7 @@ def test_kept_counts_match_every_row_under_concurrent_claims_completions_and_fol
     schema = new_schema()
     store = PostgresStore(pg_url(schema), pool_max=THREADS + 2)
     try:
-        store.insert([T(f"t{i}", max_retry=1) for i in range(TASKS)])
-        done = threading.Event()
-        seen: list[int] = []
-        errors: list[BaseException] = []
-
-        def work(n: int) -> None:
-            try:
-                now = 1.0
-                while tasks := store.claim(f"w{n}", now, 16, frozenset()):
-                    moves = []
-                    for i, task in enumerate(tasks):
-                        event = (TaskEvent.SUCCEED, TaskEvent.RETRY, TaskEvent.FAIL)[i % 3]
-                        if event is TaskEvent.RETRY and task.retry_count >= task.max_retry:
-                            event = TaskEvent.FAIL
-                        moves.append((move(task, event, now, **_changes(event, now)),
-                                      task.version))
-                    store.swap_many(moves)
-                    now += 1.0
-            except BaseException as exc:
-                errors.append(exc)
-
-        def count() -> None:
-            while not done.is_set():
-                seen.append(sum(store.counts().values()))
-
-        counter = threading.Thread(target=count)
-        counter.start()
-        workers = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        done.set()
-        counter.join()
-        assert errors == []
+        seen = drain_while_counting(store, TASKS, THREADS)
         assert seen and set(seen) == {TASKS}
         final = store.counts()
         assert final == scanned(schema)
@@ -89,13 +52,6 @@ def test_kept_counts_match_every_row_under_concurrent_claims_completions_and_fol
         store.close()
         drop_schema(schema)
 
-
-def _changes(event: TaskEvent, now: float) -> dict[str, Any]:
-    if event is TaskEvent.SUCCEED:
-        return {"result": None}
-    if event is TaskEvent.RETRY:
-        return {"not_before": now, "last_delay": 0.0, "error_kind": "error", "error_msg": "x"}
-    return {"error_kind": "error", "error_msg": "x"}
 
 
 def test_a_worker_beat_folds_the_deltas() -> None:

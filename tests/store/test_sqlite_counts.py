@@ -5,14 +5,13 @@ that already holds rows, and for a watcher of a file from before it."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 from pathlib import Path
-from typing import Any
 
 from taskfuse.core.states import TaskEvent, TaskStatus
 from taskfuse.core.task import move
 from taskfuse.store.sql import migrations, split_statements
 from taskfuse.store.sqlite import SQLiteStore
+from tests.store.counts_load import drain_while_counting
 from tests.store.test_contract import T
 
 THREADS = 4
@@ -27,13 +26,6 @@ def scanned(path: Path) -> dict[TaskStatus, int]:
     return {s: found.get(s, 0) for s in TaskStatus}
 
 
-def _changes(event: TaskEvent, now: float) -> dict[str, Any]:
-    if event is TaskEvent.SUCCEED:
-        return {"result": None}
-    if event is TaskEvent.RETRY:
-        return {"not_before": now, "last_delay": 0.0, "error_kind": "error", "error_msg": "x"}
-    return {"error_kind": "error", "error_msg": "x"}
-
 
 def test_kept_counts_match_every_row_under_claims_completions_and_counts(tmp_path) -> None:
     """Four threads claim in groups and complete in groups (successes, retries back to
@@ -42,42 +34,7 @@ def test_kept_counts_match_every_row_under_claims_completions_and_counts(tmp_pat
     path = tmp_path / "t.db"
     store = SQLiteStore(path)
     try:
-        store.insert([T(f"t{i}", max_retry=1) for i in range(TASKS)])
-        done = threading.Event()
-        seen: list[int] = []
-        errors: list[BaseException] = []
-
-        def work(n: int) -> None:
-            try:
-                now = 1.0
-                while tasks := store.claim(f"w{n}", now, 16, frozenset()):
-                    store.heartbeat_many([(t.task_id, t.version) for t in tasks], now)
-                    moves = []
-                    for i, task in enumerate(tasks):
-                        event = (TaskEvent.SUCCEED, TaskEvent.RETRY, TaskEvent.FAIL)[i % 3]
-                        if event is TaskEvent.RETRY and task.retry_count >= task.max_retry:
-                            event = TaskEvent.FAIL
-                        moves.append((move(task, event, now, **_changes(event, now)),
-                                      task.version))
-                    store.swap_many(moves)
-                    now += 1.0
-            except BaseException as exc:
-                errors.append(exc)
-
-        def count() -> None:
-            while not done.is_set():
-                seen.append(sum(store.counts().values()))
-
-        counter = threading.Thread(target=count)
-        counter.start()
-        workers = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        done.set()
-        counter.join()
-        assert errors == []
+        seen = drain_while_counting(store, TASKS, THREADS, renew=True)
         assert seen and set(seen) == {TASKS}
         final = store.counts()
         assert final == scanned(path)

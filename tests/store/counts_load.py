@@ -1,0 +1,64 @@
+"""The workload both stores' kept-count tests run: threads that claim and complete in groups
+(successes, retries back to PENDING, failures) while another thread counts all along."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from taskfuse.core.states import TaskEvent
+from taskfuse.core.task import move
+from tests.store.test_contract import T
+
+
+def _changes(event: TaskEvent, now: float) -> dict[str, Any]:
+    if event is TaskEvent.SUCCEED:
+        return {"result": None}
+    if event is TaskEvent.RETRY:
+        return {"not_before": now, "last_delay": 0.0, "error_kind": "error", "error_msg": "x"}
+    return {"error_kind": "error", "error_msg": "x"}
+
+
+def drain_while_counting(store: Any, tasks: int, threads: int, renew: bool = False
+                         ) -> list[int]:
+    """Submit `tasks` tasks (one retry each) and drain them with `threads` threads claiming
+    16 at a time (renewing their leases first when `renew`) while one more thread sums the
+    counts; answers every sum it saw. A worker's error fails the caller."""
+    store.insert([T(f"t{i}", max_retry=1) for i in range(tasks)])
+    done = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            now = 1.0
+            while claimed := store.claim(f"w{n}", now, 16, frozenset()):
+                if renew:
+                    store.heartbeat_many([(t.task_id, t.version) for t in claimed], now)
+                moves = []
+                for i, task in enumerate(claimed):
+                    event = (TaskEvent.SUCCEED, TaskEvent.RETRY, TaskEvent.FAIL)[i % 3]
+                    if event is TaskEvent.RETRY and task.retry_count >= task.max_retry:
+                        event = TaskEvent.FAIL
+                    moves.append((move(task, event, now, **_changes(event, now)),
+                                  task.version))
+                store.swap_many(moves)
+                now += 1.0
+        except BaseException as exc:
+            errors.append(exc)
+
+    def count() -> None:
+        while not done.is_set():
+            seen.append(sum(store.counts().values()))
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    done.set()
+    counter.join()
+    assert errors == []
+    return seen
