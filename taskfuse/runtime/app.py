@@ -304,6 +304,12 @@ class App:
             moved = self._moved[(kind, k.executor)] = replace(d, executor=k.executor)
         return moved
 
+    def process_functions(self) -> list[str]:
+        """``module:qualname`` of each kind's function that runs in a task process (as the
+        limits place it): what a Runner's task processes import before they claim."""
+        return [fn_reference(kind, d.fn) for kind in sorted(self.tasks)
+                if (d := self.definition(kind)).executor == "process"]
+
     def spec(self, kind: str, payload: Any = None, **fields: Any) -> TaskSpec:
         """A TaskSpec for a registered kind, its defaults filled in (see the module doc)."""
         d = self.definition(kind)

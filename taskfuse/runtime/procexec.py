@@ -8,11 +8,19 @@ cancel, lost lease, shutdown), so the thread is free again at the timeout.
 
 Theory of operation
 -------------------
-* `ProcessPool` (one per Runner) holds at most one task process per worker thread. A thread
-  starts one the first time it needs one; after that the process serves attempt after
-  attempt, so start-up is paid once per process, not per task. The start method is
-  forkserver: this process has threads, which must not be forked, and a child forked from
-  the fork server (which preloaded taskfuse) is ready in ~12 ms where spawn takes ~210 ms.
+* `ProcessPool` (one per Runner) holds at most one task process per worker thread; a process
+  serves attempt after attempt, so start-up is paid once per process, not per task. The
+  start method is forkserver: this process has threads, which must not be forked, and a
+  child forked from the fork server (which preloaded taskfuse) is ready in ~12 ms where
+  spawn takes ~210 ms.
+* Warm before the first claim: a task's timeout runs from its claim, so a module that takes
+  longer to import than the timeout would time out every first attempt. The Runner names
+  the process kinds' functions (`preload`); the fork server imports their modules once
+  (every process forked from it starts with them), each task process imports the functions
+  again (a no-op then) and says it is ready, and `warm()` starts every process and waits for
+  that before the Runner claims anything. A function no process can import stops the worker
+  at its start, in one line, with nothing claimed. A process started later (a replacement
+  after a kill) is forked from the same fork server, so it too starts with the modules.
 * The claiming thread sends the job (the function as ``module:qualname``, who the attempt
   is, the payload in the kind's serialization), then waits on three things at once: the
   pipe, the process's exit, and a wake-up pipe that the attempt's stop signal writes to. It
@@ -38,7 +46,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
@@ -65,10 +73,19 @@ EXECUTORS = ("thread", "process")
 #: Seconds between SIGTERM (the task's `finally` blocks run) and SIGKILL.
 KILL_GRACE_S = 0.5
 START_METHOD = "forkserver"
+#: How long `warm()` waits for task processes to import the task functions.
+WARM_TIMEOUT_S = 120.0
 #: Exceptions that unpickle anywhere taskfuse is installed; others cross as their outcome.
 _PORTABLE_MODULES = ("builtins", "taskfuse.")
 
 log = logging.getLogger("taskfuse.runtime.procexec")
+
+
+def preload_modules(refs: Sequence[str]) -> list[str]:
+    """The modules of `refs` for the fork server to import once: each was imported here
+    already (its function exists), so importing it there succeeds as it did here. Not
+    ``__main__``: Python 3.11's fork server does not preload a script's main module."""
+    return sorted({ref.partition(":")[0] for ref in refs} - {"__main__"})
 
 
 def fn_reference(kind: str, fn: Callable[..., Any]) -> str:
@@ -95,12 +112,14 @@ class ProcessPool:
     """Task processes of one Runner: at most one per worker thread (see module doc)."""
 
     def __init__(self, size: int, *, kill_grace_s: float = KILL_GRACE_S,
-                 method: str = START_METHOD) -> None:
+                 method: str = START_METHOD, preload: Sequence[str] = ()) -> None:
         self.size = size
         self.kill_grace_s = kill_grace_s
+        #: The process kinds' functions (``module:qualname``), imported before a first job.
+        self.preload = tuple(preload)
         self._mp = multiprocessing.get_context(method)
         if method == "forkserver":  # takes effect when the fork server starts (once)
-            self._mp.set_forkserver_preload([procworker.__name__])
+            self._mp.set_forkserver_preload([procworker.__name__, *preload_modules(preload)])
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()  # one start at a time; close() waits for it
         self._idle: list[_Child] = []
@@ -117,6 +136,33 @@ class ProcessPool:
         with self._lock:
             children = [*self._idle, *self._busy]
         return [c.pid for c in children]
+
+    def warm(self, timeout_s: float = WARM_TIMEOUT_S) -> None:
+        """Start every task process now and wait until each has imported `preload`.
+
+        Raises RuntimeConfigError (one line) when a function cannot be imported there, or
+        when the processes are not ready within `timeout_s` (an import that hangs); the
+        processes started are then stopped again.
+        """
+        with self._lock:
+            missing = self.size - len(self._idle) - len(self._busy)
+        deadline = time.monotonic() + timeout_s
+        try:
+            children = [c for c in (self._start(busy=False) for _ in range(missing)) if c]
+            for child in children:
+                failures = child.wait_ready(deadline)
+                if failures:
+                    ref, error = failures[0]
+                    raise RuntimeConfigError(
+                        f"task function {ref}: a task process cannot import it: {error}")
+        except RuntimeConfigError:
+            self.close()
+            raise
+        except Exception as exc:  # the fork server died importing a module (not ImportError)
+            self.close()
+            raise RuntimeConfigError(
+                f"task processes cannot start ({exc!r}); their fork server imports "
+                f"{', '.join(preload_modules(self.preload))}") from exc
 
     # -- one attempt -----------------------------------------------------------------------
 
@@ -224,7 +270,7 @@ class ProcessPool:
             with self._lock:
                 if self._closed:
                     return None
-            child = _Child(self._mp)
+            child = _Child(self._mp, self.preload)
             with self._lock:
                 self.started += 1
                 if busy:
@@ -263,11 +309,11 @@ class _Child:
     closes its pipe, so no thread ever reads a pipe another closed under it.
     """
 
-    __slots__ = ("_code", "_lock", "_stopped", "conn", "pid", "process")
+    __slots__ = ("_code", "_lock", "_stopped", "conn", "pid", "process", "ready")
 
-    def __init__(self, mp: BaseContext) -> None:
+    def __init__(self, mp: BaseContext, preload: tuple[str, ...] = ()) -> None:
         ours, theirs = mp.Pipe(duplex=True)
-        self.process = mp.Process(target=procworker.serve, args=(theirs,),
+        self.process = mp.Process(target=procworker.serve, args=(theirs, preload),
                                   name="taskfuse-task", daemon=True)
         self.process.start()
         theirs.close()
@@ -276,6 +322,29 @@ class _Child:
         self._lock = threading.Lock()
         self._stopped = False
         self._code: int | None = None
+        self.ready = False  # its ("ready", ...) read (by `wait_ready` or by an attempt)
+
+    def wait_ready(self, deadline: float) -> list[tuple[str, str]]:
+        """Wait (until `deadline`, monotonic) for its imports; the functions that failed.
+        Log records it sends meanwhile (an import that logs) are emitted here."""
+        while not self.ready:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0 or not self.conn.poll(left):
+                    raise RuntimeConfigError(
+                        f"task process {self.pid} was not ready (importing the task "
+                        f"functions) within the time allowed")
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                raise RuntimeConfigError(
+                    f"task process {self.pid} exited with code {self.process.exitcode} "
+                    f"while importing the task functions") from None
+            if message[0] == "ready":
+                self.ready = True
+                return list(message[1])
+            if message[0] == "log":
+                emit_record(message[1], None)
+        return []
 
     def alive(self) -> bool:
         return not self._stopped and self.process.is_alive()
@@ -370,6 +439,8 @@ class _Attempt:
             call = self.calls.pop(call_id, None)
             if call is not None:
                 call.finish(error_kind, latency)
+        elif tag == "ready":  # a process started after warm(): a failed import is the
+            self.child.ready = True  # job's own outcome (it tries again and says why)
         else:
             raise ValueError(f"unknown message {tag!r} from task process {self.child.pid}")
 
@@ -431,11 +502,13 @@ class _Wake(threading.Event):
             self._r = self._w = -1
 
 
-def emit_record(fields: dict[str, Any], ctx: TaskContext) -> None:
+def emit_record(fields: dict[str, Any], ctx: TaskContext | None) -> None:
     """Emit a task process's log record here, as if logged here: same logger, same level
-    filter, stamped with the task's trace_id and task_id when the logger did not."""
-    fields.setdefault("trace_id", ctx.trace_id)
-    fields.setdefault("task_id", ctx.task_id)
+    filter, stamped with the task's trace_id and task_id when the logger did not (no task
+    while a process imports its functions)."""
+    if ctx is not None:
+        fields.setdefault("trace_id", ctx.trace_id)
+        fields.setdefault("task_id", ctx.task_id)
     record = logging.makeLogRecord(fields)
     logger = logging.getLogger(record.name)
     if logger.isEnabledFor(record.levelno):

@@ -25,7 +25,8 @@ blocks run before the worker's SIGKILL follows.
 Messages are tuples whose first item names them:
 
     worker -> task process:  ("run", Job)  ("reply", ok, value)  ("stop",)
-    task process -> worker:  ("log", fields)  ("call", op, *args)
+    task process -> worker:  ("ready", [(function, error), ...]) once, first
+                             ("log", fields)  ("call", op, *args)
                              ("exit", call_id, error_kind | None, latency)
                              ("done", True, result_data, None)  ("done", False, kind, message)
 """
@@ -327,8 +328,14 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
 # -- the main loop -------------------------------------------------------------------------
 
 
-def serve(conn: Connection) -> None:
-    """The task process's main (a multiprocessing target): serve jobs until killed."""
+def serve(conn: Connection, preload: tuple[str, ...] = ()) -> None:
+    """The task process's main (a multiprocessing target): serve jobs until killed.
+
+    First it imports the functions of `preload` (``module:qualname``), then says ("ready",
+    failures): a module's import time is spent before the first attempt's clock runs, not
+    inside it. A function that fails here is tried again by the job that needs it, which
+    reports the failure as that attempt's outcome, as before.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_term)
     link = Link(conn)
@@ -336,6 +343,14 @@ def serve(conn: Connection) -> None:
     route_python_output()
     link.start()
     functions: dict[str, Callable[..., Any]] = {}
+    failures = []
+    for ref in preload:
+        try:
+            functions[ref] = resolve(ref)
+        except Exception as exc:
+            failures.append((ref, repr(exc)))
+    forward_only(link)  # the imports may have added handlers
+    link.send(("ready", failures))
     while True:
         job = link.jobs.get()
         link.send(run(link, job, functions))

@@ -173,8 +173,9 @@ class Runner:
                                  if limits.stuck_threads_max is not None else workers)
         self.stuck_threads_max = stuck_threads_max
         self._group_wait_s = group_wait_s
-        #: Task processes of kinds with executor="process", started when first needed.
-        self.procs = ProcessPool(workers)
+        #: Task processes of kinds with executor="process", started (and their functions
+        #: imported) by `start` before the first claim.
+        self.procs = ProcessPool(workers, preload=app.process_functions())
         self._listen = not self._local and callable(getattr(store, "wait_for_work", None))
         if poll_s is None and not self._local:
             poll_s = _LISTEN_BOUND_S if self._listen else _POLL_S
@@ -213,9 +214,13 @@ class Runner:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Runner:
-        """Start the claimer, workers, completer, watchdog and heartbeat (and the trace)."""
+        """Start the claimer, workers, completer, watchdog and heartbeat (and the trace);
+        first the task processes of process kinds, their functions imported (a function no
+        process can import raises RuntimeConfigError, and nothing was claimed)."""
         if self._started:
             raise RuntimeError("runner already started")
+        if self.procs.preload:  # a task's timeout runs from its claim: import before one
+            self.procs.warm()
         self._started = True
         self._started_at = self.clock()
         if self._trace_path is not None:

@@ -19,8 +19,9 @@ import pytest
 
 from taskfuse.core.events import EventKind, EventList
 from taskfuse.core.states import TaskStatus
-from taskfuse.runtime import App, RuntimeConfigError
+from taskfuse.runtime import App, Runner, RuntimeConfigError
 from taskfuse.runtime.logs import JsonFormatter
+from taskfuse.store.memory import MemoryStore
 from tests.runtime import procexec_app as tasks
 from tests.runtime.conftest import JOIN_S
 
@@ -83,11 +84,7 @@ def process_app(**kinds: Any) -> App:
 def test_a_hung_task_times_out_its_process_dies_and_a_new_one_serves_next(
         make_runner, listener) -> None:
     app = process_app(hang=(tasks.hang, {"timeout": 1, "max_retry": 0}), pid=(tasks.pid, {}))
-    runner = make_runner(app, workers=1)
-    # a task process started while the machine is busy can take longer than the 1 s timeout
-    # to import its code; warm one first, so the hang is what the timeout ends
-    warm = runner.submit("pid")
-    assert runner.join(JOIN_S) and runner.get(warm.task_id).status is TaskStatus.SUCCESS
+    runner = make_runner(app, workers=1)  # its task process imported the code at start
     hung = runner.submit("hang", {"port": listener.port})
     _, line = listener.accept()
     hung_pid = int(line)
@@ -334,10 +331,45 @@ def test_a_call_cut_short_by_a_kill_gives_its_permit_back(make_runner, listener)
     assert runner.scheduler.guards["db"].bulkhead.in_use == 0
 
 
+# -- warm before the first claim -----------------------------------------------------------
+
+
+def test_a_slow_import_is_paid_before_the_first_claim_not_inside_its_timeout(
+        make_runner) -> None:
+    """The kind's module takes 2 s to import and its timeout is 1 s: were the import left to
+    the first job, every thread's first attempt would time out (max_retry 0: TIMEOUT)."""
+    from tests.runtime import slow_import_app
+
+    app = process_app(pid=(slow_import_app.pid, {"timeout": 1.0, "max_retry": 0}))
+    runner = make_runner(app, workers=2)
+    assert runner.procs.started == 2 and len(runner.procs.pids()) == 2  # before any task
+    submitted = runner.submit_many([runner.spec("pid") for _ in range(6)])
+    assert runner.join(JOIN_S)
+    ended = [runner.get(t.task_id) for t in submitted]
+    assert {(t.status, t.retry_count) for t in ended} == {(TaskStatus.SUCCESS, 0)}
+    assert {t.result for t in ended} <= set(runner.procs.pids())
+    assert runner.procs.started == 2  # no process was replaced
+
+
+def test_a_function_no_task_process_can_import_stops_the_start_before_any_claim() -> None:
+    from tests.runtime.unimportable_app import app
+
+    store = MemoryStore()
+    runner = Runner(app, store, workers=2)
+    task = runner.submit("noop")
+    with pytest.raises(RuntimeConfigError) as refused:
+        runner.start()
+    message = str(refused.value)
+    assert "taskfuse_generated_tasks:noop" in message and "cannot import" in message
+    assert "No module named" in message and "\n" not in message
+    assert store.get(task.task_id).status is TaskStatus.PENDING  # nothing was claimed
+    assert runner.procs.pids() == []  # and no task process is left behind
+
+
 # -- what cannot cross ---------------------------------------------------------------------
 
 
-def test_a_payload_json_cannot_carry_is_refused_before_any_process_starts(make_runner) -> None:
+def test_a_payload_json_cannot_carry_is_refused_before_it_reaches_a_process(make_runner) -> None:
     app = process_app(echo=(tasks.echo, {"max_retry": 3}))
     runner = make_runner(app, workers=1)
     task = runner.submit("echo", {1, 2})
@@ -347,7 +379,7 @@ def test_a_payload_json_cannot_carry_is_refused_before_any_process_starts(make_r
     assert final.error_kind == "payload_unserializable"
     assert "set" in final.error_msg and "json" in final.error_msg
     assert "\n" not in final.error_msg
-    assert runner.procs.started == 0
+    assert (runner.procs.started, runner.procs.killed) == (1, 0)  # the one warmed at start
 
 
 def test_a_result_json_cannot_carry_is_refused(make_runner) -> None:

@@ -109,3 +109,16 @@ def test_a_task_process_does_not_outlive_a_worker_killed_with_sigkill(tmp_path: 
             worker.kill()
         listener.close()
         store.close()
+
+
+def test_a_worker_whose_task_function_no_process_can_import_exits_with_one_line(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    command = [*worker_command(url, "--drain")]
+    command[command.index(APP)] = "tests.runtime.unimportable_app:app"
+    done = subprocess.run(command, env=marked_env(uuid.uuid4().hex), capture_output=True,
+                          text=True, timeout=JOIN_S)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert "taskfuse_generated_tasks:noop: a task process cannot import it" in lines[0]
