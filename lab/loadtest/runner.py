@@ -64,6 +64,8 @@ from taskfuse.trace import TraceWriter, compact
 #: storm holds some 2,500 calls at once during its outage, and a blocked thread costs memory,
 #: not CPU.
 UNBOUNDED_WORKERS = 4000
+#: How long time zero waits for the runner's threads to wait for work (0.2 s for 4,000 here).
+SETTLE_TIMEOUT_S = 30.0
 #: The timeline is sampled at most this often in real seconds (a sample reads the store).
 MIN_REAL_SAMPLE_S = 0.05
 #: Connections opened to each downstream before the run (at most; one per worker below it).
@@ -302,10 +304,13 @@ class LoadTest:
     # -- running ---------------------------------------------------------------------------
 
     def _start(self, stack: ExitStack) -> None:
-        self.clock.restart()
-        self.servers.begin(self.clock.t0_wall)
+        # Time zero once the runner is up: starting 4,000 threads (an unbounded scenario)
+        # takes over a second, and arrivals due meanwhile would all be submitted at once.
         self.runner.start()
         stack.callback(self._stop_runner)
+        self.runner.wait_settled(SETTLE_TIMEOUT_S)
+        self.clock.restart()
+        self.servers.begin(self.clock.t0_wall)
         for batch in self.scaled.batches:
             self.runner.submit_batch([], batch.id, cap=batch.cap)
         self.arrivals = [self._thread(self._arrivals, f"loadtest-arrivals-{i}", batch, make)

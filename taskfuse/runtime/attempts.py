@@ -72,6 +72,7 @@ class Attempts:
     stopped: dict[AttemptKey, float] = field(default_factory=dict)
     stuck: dict[AttemptKey, Stuck] = field(default_factory=dict)
     live_threads: int = 0  # worker threads that count as capacity (not stuck)
+    waiting: int = 0  # worker threads waiting for an attempt now
     replacements: int = 0  # threads started to replace stuck ones, ever
     #: Moving average of an attempt's run time, in seconds. A prefetched task is RUNNING from
     #: its claim (its timeout, its lease and its duration count from then), so the prefetch

@@ -84,6 +84,8 @@ _UNFINISHED = (TaskStatus.PENDING, TaskStatus.RUNNING)
 #: Bound of idle waits on a durable store: without notifications, and with them (a net).
 _POLL_S = 0.25
 _LISTEN_BOUND_S = 1.0
+#: How often `wait_settled` looks whether every worker thread waits for work.
+_SETTLE_POLL_S = 0.005
 #: How often a join whose runner has nothing in flight asks the store whether other
 #: processes' tasks are done: one index probe. At 0.25 s, a fleet of two processes draining
 #: 20k tasks in 0.8 s spent up to a third more waiting to notice the other had finished.
@@ -239,6 +241,21 @@ class Runner:
         if self._tracer is not None:
             self._threads.append(self._spawn(self._tracer.run, "taskfuse-trace"))
         return self
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait until every worker thread is up and waiting for work, so a task submitted
+        now starts at once; False if that took longer than `timeout`. `start` returns once
+        the threads exist; with thousands of them, they take a moment more to get there (a
+        load test's time zero waits for this, or its first arrivals would queue behind it)."""
+        deadline = time.monotonic() + timeout
+        at = self.attempts
+        while True:
+            with at.mu:
+                if at.waiting >= at.live_threads:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_SETTLE_POLL_S)
 
     def _spawn(self, target: Callable[..., None], name: str, *args: Any) -> threading.Thread:
         # Daemon threads: a task that never returns must not keep the process alive.
@@ -637,7 +654,9 @@ class Runner:
                     if self._stopping or at.live_threads > self.workers:
                         at.live_threads -= 1
                         return
+                    at.waiting += 1
                     at.work.wait()
+                    at.waiting -= 1
                 ctx = at.buffer.popleft()
                 key = key_of(ctx.task)
                 at.running[key] = ctx

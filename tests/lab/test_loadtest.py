@@ -467,3 +467,41 @@ def test_a_load_tests_record_carries_the_stuck_bound_and_the_kinds_to_the_fit(tm
     rec = recorded_limits({"limits": meta}, 60.0)
     assert rec.recorded and rec.doc["stuck_threads_max"] == 1
     assert rec.doc["kinds"]["sync"]["executor"] == "process"
+
+
+# An open loop (`workers: unbounded`: one thread per task in a load test, 4,000 at most) fed
+# 20 tasks a second; the horizon ends it after about 50 of its 4,000 tasks.
+OPEN_LOOP = """
+name: open
+seed: 3
+horizon_s: 2.5
+workers: unbounded
+batches:
+  - id: feed
+    count: 4000
+    arrival: {kind: schedule, steps: [{at_s: 0, rate: 20}]}
+    program:
+      - work: 0.05
+"""
+
+
+def _claimed_at(trace: Path) -> list[float]:
+    return sorted(e.t for e in read_trace(trace).events(kind="move")
+                  if e.dst is not None and str(e.dst).endswith("RUNNING"))
+
+
+def test_time_zero_is_when_the_runner_is_up_so_early_arrivals_are_not_one_burst(
+        tmp_path: Path) -> None:
+    """Starting 4,000 threads takes about a second, and they take a moment more to wait for
+    work. The clock used to start before them, so every arrival due meanwhile was submitted
+    at once when they were up (36 tasks in one instant of the metastable run, which collapsed
+    its naive client from the first second instead of at the surge, as simulated). Now the
+    first dozen tasks start when the simulation starts them (it draws the same arrivals),
+    give or take the harness: not a second late."""
+    sc = scenario(OPEN_LOOP)
+    run_scenario(sc, None, tmp_path / "sim.trace")
+    run_loadtest(sc, trace=tmp_path / "real.trace")
+    simulated, real = _claimed_at(tmp_path / "sim.trace"), _claimed_at(tmp_path / "real.trace")
+    assert len(simulated) >= 12 and len(real) >= 12
+    late = [round(r - s, 3) for s, r in zip(simulated[:12], real[:12], strict=True)]
+    assert max(late) < 0.3, late

@@ -166,3 +166,13 @@ def test_task_of_an_unregistered_kind_fails_without_retries(make_runner) -> None
     final = runner.get(task.task_id)
     assert final.status is TaskStatus.FAILED and final.error_kind == "unknown_kind"
     assert final.retry_count == 0
+
+
+def test_wait_settled_returns_once_every_worker_thread_waits_for_work(make_runner) -> None:
+    """A load test's time zero: `start` returns once 1,000 threads exist, and they reach
+    their wait a moment later; once settled, a submitted task starts at once."""
+    runner = make_runner(App("settle"), workers=1000)
+    assert runner.wait_settled(JOIN_S)
+    at = runner.attempts
+    with at.mu:
+        assert at.waiting == at.live_threads == 1000
