@@ -4,7 +4,12 @@ each other.
 1. outage windows (their answers say nothing about latency, limits or the error mix);
 2. slowdown windows among the rest, on calls that did not queue by a first capacity fit
    (latency that grows with calls in flight is queueing, not a slowdown);
-3. capacity, on calls outside both windows, which also says which calls did not queue;
+3. capacity, on calls outside both windows, which also says which calls did not queue.
+   Steps 2 and 3 are also taken the other way round (slowdowns on every call, then capacity
+   outside them), since a slowdown puts more calls in flight too: when a connection pool
+   caps them, the slow calls are the many-in-flight ones and a first capacity fit calls
+   them queued, hiding the window. Of the two explanations, the one whose latencies fit
+   every answered call better wins (`_explains`: BIC on log latency);
 4. the service time (with capacity) or latency (without), on calls that did not queue,
    client timeouts counted as censored;
 5. the token bucket, on every request outside outages;
@@ -13,12 +18,13 @@ each other.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from lab.fit.capacity import CapacityFit, fit_capacity
+from lab.fit.capacity import CapacityFit, fit_capacity, in_flight
 from lab.fit.data import HTTP_429, TIMEOUT, Calls
 from lab.fit.errors import ErrorFit, fit_errors
 from lab.fit.ratelimit import RateLimitFit, fit_rate_limit
@@ -79,10 +85,13 @@ def fit_provider(name: str, calls: Calls) -> ProviderFit:
     outages = find_outages(calls)
     outside = ~_covered(calls.start, outages)
     first = fit_capacity(calls, outside, f"{name}:servers")  # queueing is not a slowdown
-    slowdowns = find_slowdowns(calls, outside & first.unqueued)
-    slowdowns = [replace(w, calls=int(w.covers(calls.start).sum())) for w in slowdowns]
+    slowdowns, capacity = _windows_then_capacity(name, calls, outside, first.unqueued, first)
+    if first.servers.identifiable:  # or was the slowness a window that crowded the calls?
+        other = _windows_then_capacity(name, calls, outside, outside, first)
+        if other[0] and _explains(calls, outside, other) < _explains(
+                calls, outside, (slowdowns, capacity)):
+            slowdowns, capacity = other
     plain = outside & ~_covered(calls.start, slowdowns)
-    capacity = fit_capacity(calls, plain, f"{name}:servers") if slowdowns else first
     base = plain & capacity.unqueued
     answered = base & (calls.outcome != HTTP_429) & (calls.outcome != TIMEOUT)
     timeouts = int(np.sum(base & (calls.outcome == TIMEOUT)))
@@ -91,6 +100,41 @@ def fit_provider(name: str, calls: Calls) -> ProviderFit:
     reject = float(np.median(calls.latency[rejected])) if rejected.any() else None
     return ProviderFit(name, len(calls), outages, slowdowns, capacity, service,
                        fit_rate_limit(calls.where(outside)), reject, fit_errors(calls, outside))
+
+
+def _windows_then_capacity(name: str, calls: Calls, outside: np.ndarray, usable: np.ndarray,
+                           first: CapacityFit) -> tuple[list[SlowdownWindow], CapacityFit]:
+    """Slowdown windows among the `usable` calls, then capacity on the calls outside them."""
+    found = find_slowdowns(calls, outside & usable)
+    slowdowns = [replace(w, calls=int(w.covers(calls.start).sum())) for w in found]
+    if not slowdowns:
+        return [], first
+    plain = outside & ~_covered(calls.start, slowdowns)
+    return slowdowns, fit_capacity(calls, plain, f"{name}:servers")
+
+
+def _explains(calls: Calls, outside: np.ndarray,
+              world: tuple[list[SlowdownWindow], CapacityFit]) -> float:
+    """BIC of the latencies that `world` predicts for every answered call outside outages:
+    m x (window factor at its start) x max(1, n / c), with n the calls in flight at its
+    start and m fitted (the median ratio), on log latency. Parameters: m, c when
+    identifiable, and three per window (start, end, factor)."""
+    slowdowns, capacity = world
+    answered = outside & (calls.outcome != HTTP_429) & (calls.outcome != TIMEOUT)
+    if answered.sum() < 2:
+        return math.inf
+    shape = np.ones(len(calls))
+    for w in slowdowns:
+        shape[w.covers(calls.start)] *= w.factor
+    servers = capacity.servers.value
+    if servers is not None:
+        n = in_flight(calls, calls.outcome != HTTP_429)
+        shape *= np.maximum(1.0, n / servers)
+    residual = np.log(np.maximum(calls.latency[answered], 1e-9)) - np.log(shape[answered])
+    residual -= np.median(residual)
+    count = int(answered.sum())
+    params = 1 + (servers is not None) + 3 * len(slowdowns)
+    return count * math.log(max(float(np.mean(residual ** 2)), 1e-12)) + params * math.log(count)
 
 
 def _covered(t: np.ndarray, windows: list[Any]) -> np.ndarray:

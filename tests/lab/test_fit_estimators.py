@@ -14,6 +14,7 @@ from lab.fit.data import Calls
 from lab.fit.errors import fit_errors
 from lab.fit.estimate import wilson
 from lab.fit.programs import count_spec
+from lab.fit.provider import fit_provider
 from lab.fit.ratelimit import fit_rate_limit
 from lab.fit.service import fit_durations
 from lab.fit.windows import find_outages, find_slowdowns
@@ -190,3 +191,61 @@ def test_call_counts_become_a_constant_integers_or_an_empirical_list() -> None:
                                                             "high": 3}
     skewed = count_spec([1] * 90 + [3] * 10)
     assert skewed["dist"] == "empirical" and skewed["values"].count(1) == 18
+
+
+# -- slowdown or capacity: which explains the slow calls -----------------------------------
+
+
+def pool_capped_run(seed: int) -> Calls:
+    """20 connections (the incident's pool) each calling a provider with no capacity limit,
+    a lognormal gap (mean 0.3 s) between calls; calls that start in 40..160 s are 4 times
+    slower. Slow calls are then also the many-in-flight ones: a capacity look-alike."""
+    rng = np.random.default_rng(seed)
+    starts, ends = [], []
+    for _ in range(20):
+        t = float(rng.uniform(0, 0.3))
+        while t < 200:
+            latency = float(lognormal(rng, 0.2, 0.5, 1)[0]) * (4 if 40 <= t < 160 else 1)
+            starts.append(t)
+            ends.append(t + latency)
+            t += latency + float(lognormal(rng, 0.3, 0.5, 1)[0])
+    return calls(np.asarray(starts), np.asarray(ends), ["ok"] * len(starts))
+
+
+def surge_run(seed: int) -> Calls:
+    """5 FIFO servers (mean 0.2 s: 25 calls/s) at 18 calls/s, 30/s in 60..75 s: the queue
+    built by the surge is queueing, not a slowdown."""
+    rng = np.random.default_rng(seed)
+    t, arrive = 0.0, []
+    while t < 200:
+        t += float(rng.exponential(1 / (30.0 if 60 <= t < 75 else 18.0)))
+        arrive.append(t)
+    service = lognormal(rng, 0.2, 0.5, len(arrive))
+    free = [0.0] * 5
+    end = np.empty(len(arrive))
+    for i, (a, s) in enumerate(zip(arrive, service, strict=True)):
+        end[i] = max(a, heapq.heappop(free)) + s
+        heapq.heappush(free, end[i])
+    return calls(np.asarray(arrive), end, ["ok"] * len(arrive))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_slowdown_that_crowds_a_pool_is_a_window_not_a_capacity(seed: int) -> None:
+    """A first capacity fit on these calls finds a hinge (the slow calls are the crowded
+    ones) and called the window's calls queued, so no window was found, and the fitted world
+    had 4 to 8 servers and no slowdown (the re-recorded incident: makespan +22 %)."""
+    run = pool_capped_run(seed)
+    assert fit_capacity(run, np.ones(len(run), bool), "first").servers.identifiable
+    fit = fit_provider("partner", run)
+    assert fit.capacity.servers.value is None
+    [window] = fit.slowdowns
+    assert window.factor == pytest.approx(4, rel=0.15)
+    assert window.start_s == pytest.approx(40, abs=1.0)
+    assert window.end_s == pytest.approx(160, abs=1.0)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_queue_built_by_a_surge_stays_a_capacity_not_a_window(seed: int) -> None:
+    fit = fit_provider("partner", surge_run(seed))
+    assert fit.capacity.servers.value == 5
+    assert fit.slowdowns == []
