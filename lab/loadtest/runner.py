@@ -117,7 +117,8 @@ class EventSink:
         self.calls: dict[str, Any] = {}
 
     def __call__(self, event: Event) -> None:
-        """From the runtime (its lock held): wall-clock time, real-second values."""
+        """From the runtime, one event at a time (its emit lock held, sometimes its fuse
+        lock too): wall-clock time, real-second values."""
         clock = self.clock
         value = event.value
         if event.kind in _SCALED_VALUES and value is not None:

@@ -123,7 +123,8 @@ class WorkerMetrics:
     """The metrics of one Runner on a registry of their own (see the module doc).
 
     An event sink on the runner's Scheduler: build it before `runner.start()` so no move is
-    missed. Sinks run under the runner's lock; prometheus_client's metrics are thread-safe.
+    missed. Sinks get one event at a time (the runner's emit lock); prometheus_client's
+    metrics are thread-safe.
     """
 
     def __init__(

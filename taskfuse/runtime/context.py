@@ -395,11 +395,14 @@ class DownstreamCall:
             breaker = self._guard.breaker
             before = breaker.state(now) if breaker is not None else None
             runner.grant(self._guard.record(now, ok, latency))
-            runner.emit(Event(now, EventKind.CALL, self._ctx.task_id, self._ctx.task.batch_id,
-                              self._ctx.trace_id, None, None, error_kind or "ok",
-                              self._ctx.attempt, None, self._guard.name, latency))
             if breaker is not None and breaker.state(now) is not before:
                 runner.work_changed()
+        # After the fuse lock, under the emit lock alone: the sinks (trace file, metrics)
+        # are I/O, and with hundreds of calls a second every thread's admission and record
+        # queued behind them.
+        runner.emit(Event(now, EventKind.CALL, self._ctx.task_id, self._ctx.task.batch_id,
+                          self._ctx.trace_id, None, None, error_kind or "ok",
+                          self._ctx.attempt, None, self._guard.name, latency))
 
 
 def call_error_kind(exc: BaseException | None) -> str:
