@@ -8,22 +8,29 @@ Two measurements, both in real seconds as they happen and in scenario seconds in
   the client's own Python, the interpreter lock shared with every worker thread, the loopback
   network and the server's event loop. The simulator has none of it, so where it is a visible
   share of a call, latencies, timeouts and retry timing are partly the harness's;
-* per timer (work steps, backoff sleeps, DB holds, arrival pacing), how late it woke: a timer
-  that fires late stretches every step it times.
+* per timer (work steps, DB holds, arrival pacing, and the runtime's own waits between a
+  call's attempts: backoff and pacing, through its `waits` seam, `TimedWaits`), how late it
+  woke: a timer that fires late stretches every step it times.
 
 `warnings` turns them into lines of the report when the median overhead passes
-`OVERHEAD_SHARE` of the median call, its p99 `BURST_SHARE` of it, or the median lateness
-`LATE_SHARE` of the median timer. These replace fixed limits on calls in flight and requests
-per second: the same 800 calls in flight cost the harness little when they wait on a slow
-provider and a lot when they arrive in one burst.
+`OVERHEAD_SHARE` of the median call, its p99 `BURST_SHARE` of it, the median lateness
+`LATE_SHARE` of the median timer, or its p99 `BURST_SHARE` of it. These replace fixed
+limits on calls in flight and requests per second: the same 800 calls in flight cost the
+harness little when they wait on a slow provider and a lot when they arrive in one burst.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from taskfuse.runtime.calls import RealWaits
+
+if TYPE_CHECKING:
+    from taskfuse.runtime.context import TaskContext
 
 #: Past these shares, the report warns that the harness shows in the numbers.
 OVERHEAD_SHARE = 0.05
@@ -32,6 +39,21 @@ LATE_SHARE = 0.05
 BURST_SHARE = 0.25
 #: At most this many samples are kept per measure (evenly thinned beyond).
 MAX_SAMPLES = 200_000
+
+
+class TimedWaits(RealWaits):
+    """The runtime's waits between a call's attempts (its retry backoff, its pacing), each
+    timed like the harness's own timers: a process short of CPU wakes them late too."""
+
+    def __init__(self, stats: HarnessStats) -> None:
+        self.stats = stats
+
+    def pause(self, ctx: TaskContext, seconds: float) -> bool:
+        began = time.monotonic()
+        if ctx.wait_stop(seconds):
+            return True
+        self.stats.timer(seconds, time.monotonic() - began)
+        return False
 
 
 class HarnessStats:
@@ -86,6 +108,12 @@ def warnings(summary: dict[str, Any]) -> list[str]:
                          f"{c['overhead_share_of_median']:.0%} of its median: latencies and "
                          "timeouts are partly the harness's (a larger --time-scale helps)")
     t = summary["timers"]
+    tail = t.get("late_p99_share_of_median")
+    if tail is not None and tail > BURST_SHARE:
+        notes.append(f"the slowest timers wake {t['late_p99_s'] * 1000:.1f} ms late (p99, "
+                     f"scenario time), {tail:.0%} of the median sleep: some work, backoff and "
+                     "holds are stretched, as in a process out of CPU (a larger --time-scale "
+                     "helps)")
     if t["late_share_of_median"] is not None and t["late_share_of_median"] > LATE_SHARE:
         notes.append(f"timers wake {t['late_p50_s'] * 1000:.1f} ms late (p99 "
                      f"{t['late_p99_s'] * 1000:.1f} ms, scenario time), "
@@ -102,8 +130,10 @@ def _calls(overhead: list[float], latency: list[float], scale: float) -> dict[st
 
 def _timers(asked: list[float], late: list[float], scale: float) -> dict[str, Any]:
     p50, p99, share = _spread(late, asked, scale)
+    tail = (round(p99 * scale / float(np.median(asked)), 4)
+            if p99 is not None and asked and np.median(asked) else None)
     return {"timers": len(late), "late_p50_s": p50, "late_p99_s": p99,
-            "late_share_of_median": share}
+            "late_share_of_median": share, "late_p99_share_of_median": tail}
 
 
 def _spread(extra: list[float], base: list[float], scale: float

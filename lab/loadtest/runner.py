@@ -36,7 +36,7 @@ from lab.loadtest.business import BusinessLoad
 from lab.loadtest.client import CALL_ENDED, DownstreamClient, Programs
 from lab.loadtest.clock import Clock
 from lab.loadtest.connections import Connections
-from lab.loadtest.harness import HarnessStats
+from lab.loadtest.harness import HarnessStats, TimedWaits
 from lab.loadtest.harness import warnings as harness_warnings
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
 from lab.loadtest.proctask import ProcessTasks, run_task, world_of
@@ -220,7 +220,8 @@ class LoadTest:
         self._compiled = 0
         self.makers = [self._task_factory(batch) for batch in self.scaled.batches]
         self.runner = Runner(self.app, self.store, workers=self.workers, worker_id="loadtest",
-                             sinks=[self.sink], stuck_after_s=STUCK_AFTER_REAL_S)
+                             sinks=[self.sink], stuck_after_s=STUCK_AFTER_REAL_S,
+                             waits=TimedWaits(self.harness))
         if self.process_programs:
             self._process_world()
         for name, pool in self.pools.items():  # the runtime's FIFO section is each pool's queue

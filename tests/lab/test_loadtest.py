@@ -505,3 +505,14 @@ def test_time_zero_is_when_the_runner_is_up_so_early_arrivals_are_not_one_burst(
     assert len(simulated) >= 12 and len(real) >= 12
     late = [round(r - s, 3) for s, r in zip(simulated[:12], real[:12], strict=True)]
     assert max(late) < 0.3, late
+
+
+def test_the_runtimes_backoff_between_a_calls_attempts_is_among_the_harness_timers() -> None:
+    """Every successful task waited out a DB hold and a work step, and every retried call a
+    backoff of the runtime's (full jitter: never zero): each is a harness timer, so a process
+    short of CPU that wakes backoffs late is reported, not read as the provider's doing."""
+    report = run_loadtest(scenario(SMALL), time_scale=SCALE).report
+    retries = sum(d["call_retries"] for d in report["downstreams"].values())
+    timers = report["loadtest"]["harness"]["timers"]["timers"]
+    assert retries > 50
+    assert timers >= 2 * report["tasks"]["SUCCESS"] + retries, (timers, retries)

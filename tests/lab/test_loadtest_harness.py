@@ -28,6 +28,19 @@ def test_overhead_and_lateness_in_scenario_seconds_and_warnings_past_their_share
     assert not any(n.startswith("fast") for n in notes) and not any("timers" in n for n in notes)
 
 
+def test_timers_that_mostly_wake_on_time_but_whose_tail_is_late_are_warned_of() -> None:
+    """A process out of CPU wakes most backoffs on time and some far too late: the median
+    says nothing, the p99 does (the metastable run: p50 1.2 ms, p99 355 ms of 100 ms)."""
+    h = HarnessStats()
+    for i in range(200):
+        h.timer(asked=0.1, slept=0.1001 if i % 50 else 0.3)  # 4 of 200 wake 200 ms late
+    summary = h.summary(scale=1.0)
+    assert summary["timers"]["late_share_of_median"] < 0.05
+    assert summary["timers"]["late_p99_share_of_median"] == pytest.approx(2.0, rel=0.01)
+    [note] = warnings(summary)
+    assert note.startswith("the slowest timers wake 200.0 ms late (p99")
+
+
 def test_the_provider_says_how_long_it_served_and_the_client_times_out_cleanly() -> None:
     spec = Provider.model_validate({"latency": 0.05})
     hang = Provider.model_validate({"outages": [{"start_s": 0, "end_s": 60, "mode": "hang"}]})
