@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,11 +50,7 @@ class TimedWaits(RealWaits):
         self.stats = stats
 
     def pause(self, ctx: TaskContext, seconds: float) -> bool:
-        began = time.monotonic()
-        if ctx.wait_stop(seconds):
-            return True
-        self.stats.timer(seconds, time.monotonic() - began)
-        return False
+        return self.stats.timed_wait(ctx.wait_stop, seconds)
 
 
 class HarnessStats:
@@ -74,6 +71,14 @@ class HarnessStats:
             if len(self.latency.setdefault(name, [])) < MAX_SAMPLES:
                 self.latency[name].append(measured)
                 self.overhead.setdefault(name, []).append(max(0.0, measured - served))
+
+    def timed_wait(self, wait: Callable[[float], bool], seconds: float) -> bool:
+        """`wait(seconds)` (True when told to stop), timed as a timer unless it was cut short."""
+        began = time.monotonic()
+        if wait(seconds):
+            return True
+        self.timer(seconds, time.monotonic() - began)
+        return False
 
     def timer(self, asked: float, slept: float) -> None:
         """A timer asked for `asked` real seconds and woke after `slept`."""

@@ -178,11 +178,7 @@ class LoadTest:
         How late each wait woke is the harness's (harness.py)."""
         if seconds <= 0:
             return self.stopping.is_set()
-        began = time.monotonic()
-        if self.stopping.wait(seconds):
-            return True
-        self.harness.timer(seconds, time.monotonic() - began)
-        return False
+        return self.harness.timed_wait(self.stopping.wait, seconds)
 
     # -- building --------------------------------------------------------------------------
 

@@ -309,7 +309,7 @@ class _Child:
     closes its pipe, so no thread ever reads a pipe another closed under it.
     """
 
-    __slots__ = ("_code", "_lock", "_stopped", "conn", "pid", "process", "ready")
+    __slots__ = ("_code", "_lock", "_stopped", "conn", "pid", "process")
 
     def __init__(self, mp: BaseContext, preload: tuple[str, ...] = ()) -> None:
         ours, theirs = mp.Pipe(duplex=True)
@@ -322,12 +322,11 @@ class _Child:
         self._lock = threading.Lock()
         self._stopped = False
         self._code: int | None = None
-        self.ready = False  # its ("ready", ...) read (by `wait_ready` or by an attempt)
 
     def wait_ready(self, deadline: float) -> list[tuple[str, str]]:
         """Wait (until `deadline`, monotonic) for its imports; the functions that failed.
         Log records it sends meanwhile (an import that logs) are emitted here."""
-        while not self.ready:
+        while True:
             left = deadline - time.monotonic()
             try:
                 if left <= 0 or not self.conn.poll(left):
@@ -340,11 +339,9 @@ class _Child:
                     f"task process {self.pid} exited with code {self.process.exitcode} "
                     f"while importing the task functions") from None
             if message[0] == "ready":
-                self.ready = True
                 return list(message[1])
             if message[0] == "log":
                 emit_record(message[1], None)
-        return []
 
     def alive(self) -> bool:
         return not self._stopped and self.process.is_alive()
@@ -440,7 +437,7 @@ class _Attempt:
             if call is not None:
                 call.finish(error_kind, latency)
         elif tag == "ready":  # a process started after warm(): a failed import is the
-            self.child.ready = True  # job's own outcome (it tries again and says why)
+            pass  # job's own outcome (it tries again and says why)
         else:
             raise ValueError(f"unknown message {tag!r} from task process {self.child.pid}")
 

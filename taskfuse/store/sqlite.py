@@ -107,10 +107,18 @@ def _repeated(query: str, columns: int, rows: int) -> str:
     return Q[query].replace("{values}", ", ".join([one] * rows))
 
 
-def _per_statement(conn: sqlite3.Connection, columns: int) -> int:
-    """Rows of `columns` placeholders one statement may take on this SQLite library."""
+def _execute_grouped(conn: sqlite3.Connection, query: str, columns: Sequence[str],
+                     rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Run `query` (its {values} repeated) over `rows`, as many per statement as this SQLite
+    library's placeholders allow; the rows the statements answer, in order."""
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    return max(1, min(_MAX_ROWS_PER_STATEMENT, limit // columns))
+    per = max(1, min(_MAX_ROWS_PER_STATEMENT, limit // len(columns)))
+    out: list[tuple[Any, ...]] = []
+    for at in range(0, len(rows), per):
+        group = rows[at:at + per]
+        out += conn.execute(_repeated(query, len(columns), len(group)),
+                            [row[column] for row in group for column in columns])
+    return out
 
 
 def _row_to_task(row: tuple[Any, ...]) -> Task:
@@ -345,11 +353,7 @@ class SQLiteStore(NamedQueryReads):
                     deps.append({"task_id": task.task_id, "pos": pos, "depends_on": dep})
                 status_of[task.task_id] = _VALUE[task.status]
                 rows.append(self._insert_params(task, encoded[index], unmet, first + i))
-            per = _per_statement(conn, len(_INSERT_COLUMNS))
-            for at in range(0, len(rows), per):
-                group = rows[at:at + per]
-                conn.execute(_repeated("insert_tasks", len(_INSERT_COLUMNS), len(group)),
-                             [row[column] for row in group for column in _INSERT_COLUMNS])
+            _execute_grouped(conn, "insert_tasks", _INSERT_COLUMNS, rows)
             if deps:
                 conn.executemany(Q["insert_dep"], deps)
         self._notify_local()
@@ -454,13 +458,9 @@ class SQLiteStore(NamedQueryReads):
         picked = [i for i, (new, _) in enumerate(moves) if new.status in TERMINAL]
         if len(picked) < 2 or len(set(ids)) != len(ids):
             return {}
-        won: set[str] = set()
-        per = _per_statement(conn, len(_ENDED_COLUMNS))
-        for at in range(0, len(picked), per):
-            chunk = picked[at:at + per]
-            rows = conn.execute(_repeated("swap_ended", len(_ENDED_COLUMNS), len(chunk)),
-                                [params[i][c] for i in chunk for c in _ENDED_COLUMNS])
-            won.update(r[0] for r in rows)
+        answered = _execute_grouped(conn, "swap_ended", _ENDED_COLUMNS,
+                                    [params[i] for i in picked])
+        won = {r[0] for r in answered}
         return {i: ids[i] in won for i in picked}
 
     def _swap_in(

@@ -1,12 +1,13 @@
-"""The workload both stores' kept-count tests run: threads that claim and complete in groups
-(successes, retries back to PENDING, failures) while another thread counts all along."""
+"""What both stores' kept-count tests share: the workload (threads that claim and complete in
+groups, successes, retries back to PENDING, failures, while another thread counts all
+along), and the check of a migration that starts counting a table of existing rows."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from taskfuse.core.states import TaskEvent
+from taskfuse.core.states import TaskEvent, TaskStatus
 from taskfuse.core.task import move
 from tests.store.test_contract import T
 
@@ -62,3 +63,13 @@ def drain_while_counting(store: Any, tasks: int, threads: int, renew: bool = Fal
     counter.join()
     assert errors == []
     return seen
+
+
+def assert_migrated_counts(store: Any, version: int, before: dict[TaskStatus, int]) -> None:
+    """The store migrated to `version` counts what a scan of the 3,000 rows seeded before it
+    (1,000 RUNNING, 2,000 SUCCESS) counted, and keeps counting a new insert."""
+    assert store.schema_version() == version
+    assert store.counts() == before
+    assert before[TaskStatus.RUNNING] == 1000 and before[TaskStatus.SUCCESS] == 2000
+    store.insert([T("new")])
+    assert store.counts()[TaskStatus.PENDING] == 1

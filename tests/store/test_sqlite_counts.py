@@ -11,7 +11,7 @@ from taskfuse.core.states import TaskEvent, TaskStatus
 from taskfuse.core.task import move
 from taskfuse.store.sql import migrations, split_statements
 from taskfuse.store.sqlite import SQLiteStore
-from tests.store.counts_load import drain_while_counting
+from tests.store.counts_load import assert_migrated_counts, drain_while_counting
 from tests.store.test_contract import T
 
 THREADS = 4
@@ -69,11 +69,7 @@ def test_the_migration_counts_a_file_that_already_holds_rows(tmp_path) -> None:
     before = scanned(path)
     store = SQLiteStore(path)
     try:
-        assert store.schema_version() == 4
-        assert store.counts() == before
-        assert before[TaskStatus.RUNNING] == 1000 and before[TaskStatus.SUCCESS] == 2000
-        store.insert([T("new")])
-        assert store.counts()[TaskStatus.PENDING] == 1
+        assert_migrated_counts(store, 4, before)
         with sqlite3.connect(path) as conn:  # the index of every row by status is gone
             names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master "
                                                 "WHERE type = 'index'")}
