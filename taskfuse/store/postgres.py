@@ -309,9 +309,9 @@ class PostgresStore(NamedQueryReads):
         #: older one, which it never migrates.
         self._kept_counts = True
         if read_only:
-            self._kept_counts = self._check_schema() >= _KEPT_COUNTS
+            self._kept_counts = self._on_own_connection(self._check_schema) >= _KEPT_COUNTS
         else:
-            self._migrate(connect_timeout)
+            self._on_own_connection(self._migrate)
         self.pool = ConnectionPool(
             self._conninfo,
             min_size=pool_min,
@@ -350,23 +350,53 @@ class PostgresStore(NamedQueryReads):
         except psycopg.ProgrammingError as exc:
             raise StoreURLError(f"bad PostgreSQL URL {self.url!r}: {self._scrub(exc)}") from None
 
-    def _migrate(self, connect_timeout: float) -> None:
+    def _on_own_connection(self, step: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run an opening step in one transaction on a connection of its own; run it again
+        if the session ends midway.
+
+        A refused connection is an answer at once (a wrong URL must not hang for retry_for),
+        but a session ended mid-step (a server restart, an administrator's kill) is the
+        fault every store call survives, and a worker starting just then must survive it
+        too: the step is one transaction, so the dropped one left nothing behind.
+        """
+        delay = 0.02
+        deadline = time.monotonic() + self.retry_for
+        while True:
+            try:
+                with self._connect() as conn:
+                    return step(conn)
+            except psycopg.OperationalError as exc:
+                delay = self._wait_to_retry(exc, deadline, delay)
+
+    def _wait_to_retry(self, exc: psycopg.OperationalError, deadline: float,
+                       delay: float) -> float:
+        """Give up with one line once `deadline` has passed, else say so, wait `delay` and
+        answer the next, longer one."""
+        if time.monotonic() >= deadline or self._closed:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self.url!r} unavailable: {self._scrub(exc)}"
+            ) from None
+        log.warning("PostgreSQL store %s: %s; retrying in %.2fs", self.url,
+                    self._scrub(exc), delay)
+        time.sleep(delay)
+        return min(delay * 2, 1.0)
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Create the schema and apply each numbered migration it lacks, under a lock."""
-        with self._connect() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                         [f"taskfuse-migrate:{self.schema}"])
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                sql.Identifier(self.schema)))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS taskfuse_migrations (version integer PRIMARY KEY, "
-                "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = {v for (v,) in conn.execute("SELECT version FROM taskfuse_migrations")}
-            for mig in migrations("postgres"):
-                if mig.version not in done:
-                    conn.execute(mig.sql.encode())
-                    conn.execute("INSERT INTO taskfuse_migrations (version, name) VALUES (%s, %s)",
-                                 [mig.version, mig.name])
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                     [f"taskfuse-migrate:{self.schema}"])
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+            sql.Identifier(self.schema)))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS taskfuse_migrations (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {v for (v,) in conn.execute("SELECT version FROM taskfuse_migrations")}
+        for mig in migrations("postgres"):
+            if mig.version not in done:
+                conn.execute(mig.sql.encode())
+                conn.execute("INSERT INTO taskfuse_migrations (version, name) VALUES (%s, %s)",
+                             [mig.version, mig.name])
 
     def schema_version(self) -> int:
         """The highest migration applied to this schema."""
@@ -393,18 +423,11 @@ class PostgresStore(NamedQueryReads):
                 raise StoreError(f"PostgreSQL store {self.url!r} refused a value: "
                                  f"{self._scrub(exc)}") from None
             except psycopg.OperationalError as exc:
-                now = time.monotonic()
-                deadline = deadline if deadline is not None else now + self.retry_for
-                if now >= deadline or self._closed:
-                    raise StoreUnavailable(
-                        f"PostgreSQL store {self.url!r} unavailable: {self._scrub(exc)}"
-                    ) from None
-                log.warning("PostgreSQL store %s: %s; retrying in %.2fs", self.url,
-                            self._scrub(exc), delay)
-                time.sleep(delay)
+                if deadline is None:
+                    deadline = time.monotonic() + self.retry_for
+                delay = self._wait_to_retry(exc, deadline, delay)
                 if not isinstance(exc, PoolTimeout):
                     self.pool.check()
-                delay = min(delay * 2, 1.0)
                 retried = True
 
     @contextmanager
@@ -865,14 +888,13 @@ class PostgresStore(NamedQueryReads):
     def __repr__(self) -> str:
         return f"PostgresStore({self.url!r}, schema={self.schema!r})"
 
-    def _check_schema(self) -> int:
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> int:
         """A read-only store must find its schema (it never creates one): refuse otherwise.
         Answers the schema's version."""
-        with self._connect() as conn:
-            found = conn.execute("SELECT to_regclass(%s)",
-                                 [f"{self.schema}.taskfuse_migrations"]).fetchone()
-            if found is None or found[0] is None:
-                raise StoreUnavailable(
-                    f"PostgreSQL store {self.url!r} has no taskfuse schema {self.schema!r}")
-            row = conn.execute("SELECT max(version) FROM taskfuse_migrations").fetchone()
+        found = conn.execute("SELECT to_regclass(%s)",
+                             [f"{self.schema}.taskfuse_migrations"]).fetchone()
+        if found is None or found[0] is None:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self.url!r} has no taskfuse schema {self.schema!r}")
+        row = conn.execute("SELECT max(version) FROM taskfuse_migrations").fetchone()
         return int(row[0] or 0) if row else 0

@@ -121,6 +121,51 @@ def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
         drop_schema(schema)
 
 
+def test_a_session_ended_while_opening_is_opened_again_and_migrates_once() -> None:
+    """A worker that starts as the server restarts (or an administrator ends its session)
+    opens its store anyway: the opening's transaction is run again, nothing applied twice."""
+    need_pg()
+    import psycopg
+
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = new_schema()
+    opened: list[PostgresStore] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            opened.append(PostgresStore(pg_url(schema), pool_max=1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    waiting = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+               "AND wait_event_type = 'Lock'")
+    thread = threading.Thread(target=open_one)
+    try:
+        with psycopg.connect(PG_URL, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(hashtext(%s))",
+                           [f"taskfuse-migrate:{schema}"])
+            thread.start()
+            deadline = time.monotonic() + 30
+            while not (pids := holder.execute(waiting, [f"taskfuse:{schema}"]).fetchall()):
+                assert time.monotonic() < deadline and thread.is_alive(), errors
+                time.sleep(0.01)
+            holder.execute("SELECT pg_terminate_backend(%s)", [pids[0][0]])
+            holder.execute("SELECT pg_advisory_unlock(hashtext(%s))",
+                           [f"taskfuse-migrate:{schema}"])
+        thread.join(60)
+        assert not errors, errors
+        (store,) = opened
+        rows = store._run(lambda c, _: c.execute(
+            "SELECT version FROM taskfuse_migrations ORDER BY version").fetchall())
+        assert [v for (v,) in rows] == [1, 2, 3, 4, 5]
+    finally:
+        for s in opened:
+            s.close()
+        drop_schema(schema)
+
+
 def test_every_named_query_is_used_or_documented() -> None:
     import pathlib
 
