@@ -93,16 +93,11 @@ class DownstreamClient:
     def call(self, ctx: TaskContext) -> None:
         """One logical call; the runtime retries it. Raises TaskError with the final kind.
 
-        Counted as the simulator counts: every attempt sent, and a retry for every attempt
-        after the first (sent, or refused by an open breaker).
+        Counted as the simulator counts: every attempt sent, and (`counted_call`) a retry
+        for every attempt after the first.
         """
-        attempts = 0
 
         def request(timeout: float | None = None) -> None:
-            nonlocal attempts
-            if attempts:
-                self.stats.count(retried=True)
-            attempts += 1
             self.stats.sent(self.clock.now())
             began = time.monotonic()
             error = self._request(ctx)
@@ -114,11 +109,7 @@ class DownstreamClient:
             if error is not None:
                 raise CallFailed(error)
 
-        try:
-            ctx.downstream(self.name).call(request)
-        except DownstreamRejected:
-            self.stats.count(retried=attempts > 0, rejected=True)
-            raise
+        counted_call(ctx, self.name, request, self.stats.count)
 
     def _request(self, ctx: TaskContext) -> str | None:
         began = time.monotonic()
@@ -132,6 +123,28 @@ class DownstreamClient:
         if status < 400:
             return None
         return kind or f"http_{status}"
+
+
+def counted_call(ctx: Any, name: str, request: Callable[[float | None], None],
+                 count: Callable[[bool, bool], None]) -> None:
+    """`ctx.downstream(name).call(request)`, counting what the runtime's call loop decided
+    as the simulator counts it: `count(retried, rejected)` for every attempt after the first
+    (sent, or refused by an open breaker) and for a first attempt refused. On a thread and
+    in a task process alike (proctask.py), whose counts live elsewhere."""
+    attempts = 0
+
+    def attempt(timeout: float | None = None) -> None:
+        nonlocal attempts
+        if attempts:
+            count(True, False)
+        attempts += 1
+        request(timeout)
+
+    try:
+        ctx.downstream(name).call(attempt)
+    except DownstreamRejected:
+        count(attempts > 0, True)
+        raise
 
 
 def trace_headers(ctx: TaskContext) -> dict[str, str]:

@@ -8,16 +8,16 @@ any user's process task) and lets the runtime do the rest. Inside the task proce
 
 - `work` and `hang` steps block the process (`time.sleep`), deaf to the stop signal: a hang
   ends only when the runtime kills the process, as a hung socket read in a vendor SDK would;
-- a `call` step makes its HTTP requests from the task process, each admitted by the worker's
-  fuses with `with ctx.downstream(name):` (breaker, bulkhead, token bucket, fleet permits:
-  what a task process offers) and timed here. A task process has no `.call(...)`, so a
-  call is one attempt: the client's per-call retries are not made (runner.py lists that in
-  the report's `unsupported` when the client has retries);
+- a `call` step makes its HTTP requests from the task process as a thread task does,
+  `ctx.downstream(name).call(request)` (client.py's `counted_call`): each attempt admitted
+  by the worker's fuses (breaker, bulkhead, token bucket, fleet permits) and timed here,
+  the client's timeout, retries, backoff and budget decided by the worker's call client;
 - a `db` step cannot run: `ctx.pool` belongs to the worker. `world_of` refuses such a
   program before anything starts.
 
 The worker counts the calls from the runtime's own call events (`ProcessTasks`), since the
-task process shares no memory with it.
+task process shares no memory with it; the retries and breaker refusals, which no event
+tells apart, the task processes count in the counters file (`tallies`).
 
 Draws follow the simulator's streams: the n-th attempt to reach step k of a program takes
 the n-th value of that step's seeded stream, as on a thread and in the simulator, so the
@@ -25,7 +25,7 @@ same attempts hang (a stream per attempt would change how many do, and the makes
 them). The worker draws each step's values before the run (`world_of`); the task processes
 share one counter per step, a file under an exclusive lock.
 
-The world (programs, their draws, downstream URLs and timeouts) is a JSON file the worker
+The world (programs, their draws, downstream URLs, where the tallies are) is a JSON file the worker
 writes before the run; the payload of each task names it and the program.
 """
 
@@ -38,12 +38,14 @@ import random
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from lab.loadtest.client import counted_call
 from lab.loadtest.connections import CallBroken, CallTimeout, Connections
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, DbStep, HangStep, Scenario, ScenarioError, Step, WorkStep
@@ -68,14 +70,15 @@ def world_of(scaled: Scenario, programs: dict[int, tuple[list[Step], int]],
         drawn[str(index)] = [_draws(step, random.Random(f"{seed}:program:{index}:{k}"),
                                     attempts) for k, step in enumerate(steps)]
     slots = sum(len(steps) for steps, _ in programs.values())
-    Path(counters).write_bytes(bytes(8 * slots))
+    names = sorted(scaled.downstreams)
+    Path(counters).write_bytes(bytes(8 * (slots + 2 * len(names))))
     return {
         "counters": counters,
+        "tallies": {name: slots + 2 * i for i, name in enumerate(names)},
         "programs": {i: _STEPS.dump_python(steps, mode="json")
                      for i, (steps, _) in programs.items()},
         "draws": drawn,
-        "downstreams": {name: {"url": urls[name], "timeout_s": spec.client.timeout_s}
-                        for name, spec in scaled.downstreams.items()},
+        "downstreams": {name: {"url": urls[name]} for name in names},
     }
 
 
@@ -102,20 +105,46 @@ class _World:
     draws: dict[str, list[list[float]]]
     slots: dict[str, int]  # a program's first counter
     counters: int  # file descriptor of the counters
-    timeouts: dict[str, float | None]
+    tallies: dict[str, int]  # a downstream's first counter: retries, then breaker refusals
     http: dict[str, Connections] = field(default_factory=dict)
 
     def draw(self, program: str, k: int) -> float:
         """The next value of step k's stream: the n-th for the n-th attempt to get here."""
-        at = 8 * (self.slots[program] + k)
-        fcntl.flock(self.counters, fcntl.LOCK_EX)
-        try:
-            (n,) = struct.unpack("<q", os.pread(self.counters, 8, at))
-            os.pwrite(self.counters, struct.pack("<q", n + 1), at)
-        finally:
-            fcntl.flock(self.counters, fcntl.LOCK_UN)
+        n = _bump(self.counters, self.slots[program] + k)
         values = self.draws[program][k]
         return values[n % len(values)]  # past the most attempts foreseen: around again
+
+    def counter(self, name: str) -> Callable[[bool, bool], None]:
+        """`counted_call`'s count for downstream `name`, kept in the counters file."""
+        first = self.tallies[name]
+
+        def count(retried: bool, rejected: bool) -> None:
+            if retried:
+                _bump(self.counters, first)
+            if rejected:
+                _bump(self.counters, first + 1)
+
+        return count
+
+
+def _bump(fd: int, slot: int) -> int:
+    """Add one to counter `slot` of the file, under an exclusive lock; answer its old value."""
+    at = 8 * slot
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        (n,) = struct.unpack("<q", os.pread(fd, 8, at))
+        os.pwrite(fd, struct.pack("<q", n + 1), at)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return int(n)
+
+
+def tallies(world_path: str) -> dict[str, tuple[int, int]]:
+    """What the task processes counted, by downstream: (retries, breaker refusals)."""
+    world = json.loads(Path(world_path).read_text())
+    data = Path(world["counters"]).read_bytes()
+    return {name: struct.unpack_from("<qq", data, 8 * first)
+            for name, first in world["tallies"].items()}
 
 
 _WORLDS: dict[str, _World] = {}
@@ -131,7 +160,7 @@ def _world(path: str) -> _World:
             slots[i], first = first, first + len(steps)
         world = _WORLDS[path] = _World(
             programs, data["draws"], slots, os.open(data["counters"], os.O_RDWR),
-            {n: d["timeout_s"] for n, d in data["downstreams"].items()})
+            data["tallies"])
         world.http = {n: Connections(d["url"]) for n, d in data["downstreams"].items()}
     return world
 
@@ -153,13 +182,15 @@ def run_task(ctx: Any, payload: dict[str, Any]) -> None:
 
 
 def _call(ctx: Any, world: _World, name: str) -> None:
-    """One request through the worker's fuses; its error kind is the call's outcome."""
+    """One logical call through the worker's fuses and client; a failed attempt's error kind
+    is what the client's policy judges."""
     headers = {"traceparent": ctx.traceparent()}
-    timeout = world.timeouts[name]
-    with ctx.downstream(name):
+    http = world.http[name]
+
+    def request(timeout: float | None = None) -> None:
         began = time.monotonic()
         try:
-            status, kind, _ = world.http[name].get(headers, timeout)
+            status, kind, _ = http.get(headers, timeout)
         except CallTimeout:
             raise TaskError(TIMEOUT, f"{name}: no answer within {timeout}s") from None
         except CallBroken:
@@ -168,6 +199,8 @@ def _call(ctx: Any, world: _World, name: str) -> None:
             raise TaskError(TIMEOUT, f"{name}: answered after the client's timeout")
         if status >= 400:
             raise TaskError(kind or f"http_{status}", f"{name}: HTTP {status}")
+
+    counted_call(ctx, name, request, world.counter(name))
 
 
 # -- in the worker -------------------------------------------------------------------------

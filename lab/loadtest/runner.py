@@ -39,7 +39,7 @@ from lab.loadtest.connections import Connections
 from lab.loadtest.harness import HarnessStats, TimedWaits
 from lab.loadtest.harness import warnings as harness_warnings
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
-from lab.loadtest.proctask import ProcessTasks, run_task, world_of
+from lab.loadtest.proctask import ProcessTasks, run_task, tallies, world_of
 from lab.loadtest.record import gateway_meta, limits_meta
 from lab.loadtest.scale import scale_scenario
 from lab.loadtest.servers import ProviderServers
@@ -385,9 +385,13 @@ class LoadTest:
         if processes is not None:
             stats.attempts += processes.attempts
             stats.first_waits = [*stats.first_waits, *processes.first_waits]
+            counted = tallies(str(self.world_path))
             for name, client in self.clients.items():
                 client.stats.max_in_flight = max(client.stats.max_in_flight,
                                                  processes.max_in_flight(name))
+                retries, rejected = counted.get(name, (0, 0))
+                client.stats.retries += retries
+                client.stats.rejected += rejected
         for name, ds in self.view.downstreams.items():
             ds.provider.abandoned = int(server_stats.get(name, {}).get("abandoned", 0))
 
@@ -545,12 +549,6 @@ def _unsupported(scenario: Scenario) -> list[str]:
     if process:
         notes.append(f"executor: process ({', '.join(process)}): calls made from task "
                      "processes are not in the harness's overhead figures")
-        retrying = sorted(n for n, d in scenario.downstreams.items()
-                          if d.client.retry.max_retry > 0)
-        if retrying:
-            notes.append(f"executor: process: a task process's call is one attempt (the "
-                         f"runtime offers it no per-call retry), so {', '.join(retrying)}'s "
-                         "client retries are not made by those kinds")
     return notes
 
 

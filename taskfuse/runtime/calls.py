@@ -17,7 +17,10 @@ the simulator's client does (lab/calls.py), in the same order:
 
 Each driver has one `CallClient` per downstream: the policy, its budget and a seeded jitter
 stream (`App.call_clients`). Waiting (pacing, backoff) and measuring go through the runner's
-`Waits`, so a test can drive the very same loop on a fake clock.
+`Waits`, so a test can drive the very same loop on a fake clock. A task process runs the
+same loop (`run_call`) with its `fn` at home and the client's state and the fuses asked of
+the worker over the pipe (`CallSide`), so a process task and a thread task share one budget,
+one jitter stream and one set of fuses per downstream.
 """
 
 from __future__ import annotations
@@ -26,16 +29,18 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskfuse.core.retry import ErrorKind, RetryPolicy, RetryThrottle
 from taskfuse.limits.build import call_retry
 from taskfuse.limits.schema import ClientLimits
-from taskfuse.runtime.errors import DownstreamRejected, TaskCanceled, TaskError, outcome_of
+from taskfuse.runtime.errors import TaskCanceled, TaskError, outcome_of
 
 if TYPE_CHECKING:
     from taskfuse.core.guard import Guard
     from taskfuse.runtime.context import TaskContext
+    from taskfuse.runtime.threads import Runner
 
 _TIMEOUT = ErrorKind.TIMEOUT.value
 
@@ -81,7 +86,7 @@ class CallClient:
     """One driver's client side of a downstream: timeout, retry policy, budget, jitter.
 
     The budget and the jitter stream are shared by every thread calling the downstream, so
-    they are asked under `lock`. `retries` and `rejected` count what the loop decided.
+    they are asked under `lock`. `retries` counts the retries the loop decided.
     """
 
     def __init__(self, name: str, client: ClientLimits, rng: random.Random) -> None:
@@ -93,74 +98,144 @@ class CallClient:
         self.rng = rng
         self.lock = threading.Lock()
         self.retries = 0
-        self.rejected = 0
 
     def __repr__(self) -> str:
         return (f"CallClient({self.name!r}, timeout_s={self.timeout_s!r}, "
                 f"max_retry={self.policy.max_retry})")
 
 
-def call(ctx: TaskContext, guard: Guard, fn: Callable[..., Any], args: tuple[Any, ...],
-         kwargs: dict[str, Any]) -> Any:
+class CallSide(Protocol):
+    """What the loop of one logical call asks of the driver it runs in.
+
+    On a thread the answers are local (`ThreadSide`); in a task process the client's state
+    (budget, jitter, counters) and the fuses stay in the worker, shared with thread tasks,
+    and are asked over the pipe (taskfuse.runtime.procworker), while `fn` runs where the
+    task runs. One loop (`run_call`) for both, so both keep the whole policy.
+    """
+
+    def begin(self) -> float | None:
+        """Count the call's first attempt in the budget; answer the client's timeout."""
+        ...
+
+    def attempt(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], timeout_s: float | None) -> Any:
+        """One attempt through the fuses (`attempt_through`)."""
+        ...
+
+    def settle(self, retry: int, kind: str | None,
+               previous: float | None) -> tuple[bool, float, str]:
+        """Record the attempt's outcome (`kind` None: it succeeded); after a failure,
+        answer (retry?, delay, why not)."""
+        ...
+
+    def pause(self, seconds: float) -> bool:
+        """Back off `seconds`; True when the attempt was told to stop meanwhile."""
+        ...
+
+
+def run_call(name: str, side: CallSide, fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
     """The loop of the module doc; returns what `fn` returned, or raises."""
-    runner = ctx._runner
-    client = runner.clients.get(guard.name)
-    if client is None:  # a guard added by hand: the fuses, one attempt, no timeout
-        client = CallClient(guard.name, ClientLimits(), random.Random(0))
-    if client.timeout_s is not None:
-        kwargs.setdefault("timeout", client.timeout_s)
-    budget = client.budget
+    timeout_s = side.begin()
+    if timeout_s is not None:
+        kwargs.setdefault("timeout", timeout_s)
     retry = 0
     previous: float | None = None
     while True:
-        if budget is not None and retry == 0:
-            with client.lock:
-                budget.record_first(runner.clock())  # retries are charged when decided
         try:
-            result, error = _attempt(ctx, guard, client, fn, args, kwargs), None
+            result, error = side.attempt(fn, args, kwargs, timeout_s), None
         except _Attempt as failed:
             error = failed
-        except DownstreamRejected:
-            with client.lock:
-                client.rejected += 1
-            raise
-        now = runner.clock()
-        with client.lock:
-            if budget is not None:
-                budget.record_outcome(now, error is None)
-            if error is None:
-                return result
-            decision = client.policy.decide(retry, error.kind, client.rng, previous, budget,
-                                            now)
-            if decision.retry:
-                client.retries += 1
-        if not decision.retry:
-            raise CallFailed(error.kind, f"{guard.name}: {decision.reason}") from error.cause
+        again, delay, why = side.settle(retry, None if error is None else error.kind, previous)
+        if error is None:
+            return result
+        if not again:
+            raise CallFailed(error.kind, f"{name}: {why}") from error.cause
         retry += 1
-        previous = decision.delay
-        if decision.delay > 0 and runner.waits.pause(ctx, decision.delay):
-            raise TaskCanceled(f"stopped while backing off from downstream {guard.name!r}")
+        previous = delay
+        if delay > 0 and side.pause(delay):
+            raise TaskCanceled(f"stopped while backing off from downstream {name!r}")
 
 
-def _attempt(ctx: TaskContext, guard: Guard, client: CallClient, fn: Callable[..., Any],
-             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """One attempt through the fuses; a failure leaves as _Attempt with its error kind."""
-    from taskfuse.runtime.context import DownstreamCall
-
-    waits = ctx._runner.waits
-    with DownstreamCall(ctx, guard):
-        began = waits.now()
+def attempt_through(admit: AbstractContextManager[Any], clock: Callable[[], float],
+                    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    timeout_s: float | None) -> Any:
+    """`fn` inside the fuses' context manager `admit`; a failure leaves as _Attempt with its
+    error kind, and an answer later than `timeout_s` (by `clock`) is a timeout."""
+    with admit:
+        began = clock()
         try:
             result = fn(*args, **kwargs)
         except TaskCanceled:
             raise
         except Exception as exc:
             raise _Attempt(error_kind(exc), exc) from exc
-        timeout = client.timeout_s
-        if timeout is not None and waits.now() - began > timeout:
+        if timeout_s is not None and clock() - began > timeout_s:
             raise _Attempt(_TIMEOUT, TimeoutError(f"answered after the client's timeout "
-                                                  f"of {timeout:g}s"))
+                                                  f"of {timeout_s:g}s"))
     return result
+
+
+def client_of(runner: Runner, name: str) -> CallClient:
+    """The runner's client of downstream `name`; a guard added by hand has none of its own:
+    the fuses, one attempt, no timeout."""
+    client = runner.clients.get(name)
+    return client if client is not None else CallClient(name, ClientLimits(),
+                                                        random.Random(0))
+
+
+def begin(runner: Runner, client: CallClient) -> float | None:
+    """`CallSide.begin` with the worker's client."""
+    if client.budget is not None:
+        with client.lock:
+            client.budget.record_first(runner.clock())  # retries are charged when decided
+    return client.timeout_s
+
+
+def settle(runner: Runner, client: CallClient, retry: int, kind: str | None,
+           previous: float | None) -> tuple[bool, float, str]:
+    """`CallSide.settle` with the worker's client: the budget sees the outcome, the policy
+    decides, under the client's lock (budget and jitter are shared by every thread)."""
+    budget = client.budget
+    now = runner.clock()
+    with client.lock:
+        if budget is not None:
+            budget.record_outcome(now, kind is None)
+        if kind is None:
+            return False, 0.0, ""
+        decision = client.policy.decide(retry, kind, client.rng, previous, budget, now)
+        if decision.retry:
+            client.retries += 1
+            return True, decision.delay, ""
+    return False, 0.0, decision.reason
+
+
+class ThreadSide:
+    """`CallSide` of a task on a worker thread: everything local."""
+
+    __slots__ = ("_client", "_ctx", "_guard")
+
+    def __init__(self, ctx: TaskContext, guard: Guard) -> None:
+        self._ctx = ctx
+        self._guard = guard
+        self._client = client_of(ctx._runner, guard.name)
+
+    def begin(self) -> float | None:
+        return begin(self._ctx._runner, self._client)
+
+    def attempt(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], timeout_s: float | None) -> Any:
+        from taskfuse.runtime.context import DownstreamCall
+
+        return attempt_through(DownstreamCall(self._ctx, self._guard),
+                               self._ctx._runner.waits.now, fn, args, kwargs, timeout_s)
+
+    def settle(self, retry: int, kind: str | None,
+               previous: float | None) -> tuple[bool, float, str]:
+        return settle(self._ctx._runner, self._client, retry, kind, previous)
+
+    def pause(self, seconds: float) -> bool:
+        return self._ctx._runner.waits.pause(self._ctx, seconds)
 
 
 def error_kind(exc: BaseException) -> str:

@@ -263,9 +263,9 @@ class DownstreamCall:
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """`fn(*args, **kwargs)` as one logical call: timeout, retries, budget and the fuses
         of every attempt, as the simulator's client applies them (taskfuse.runtime.calls)."""
-        from taskfuse.runtime.calls import call
+        from taskfuse.runtime.calls import ThreadSide, run_call
 
-        return call(self._ctx, self._guard, fn, args, kwargs)
+        return run_call(self._guard.name, ThreadSide(self._ctx, self._guard), fn, args, kwargs)
 
     def __enter__(self) -> DownstreamCall:
         runner, guard, permit = self._ctx._runner, self._guard, self._permit

@@ -26,7 +26,9 @@ Theory of operation
   pipe, the process's exit, and a wake-up pipe that the attempt's stop signal writes to. It
   answers the process's calls with the attempt's real TaskContext, so `ctx.downstream()`
   passes this runner's breaker, bulkhead, token bucket and fleet permits exactly as a
-  thread task's call does, and it emits the process's log records.
+  thread task's call does (and `.call(fn)` gets the client's budget and retry decisions
+  from this runner's call client, shared with thread tasks), and it emits the process's
+  log records.
 * Told to stop, the thread sends a stop flag, then SIGTERM, then SIGKILL after
   `kill_grace_s`; it reaps the process, closes the downstream calls it left open, starts a
   replacement and returns. Whatever the attempt would have returned is void anyway (the
@@ -52,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.task import Outcome
-from taskfuse.runtime import procworker
+from taskfuse.runtime import calls, procworker
 from taskfuse.runtime.errors import (
     PAYLOAD_UNSERIALIZABLE,
     PROCESS_DIED,
@@ -451,6 +453,14 @@ class _Attempt:
                 call.__enter__()
                 self.calls[call_id] = call
                 value: Any = None
+            elif op == "call_begin":
+                (name,) = args
+                ctx.downstream(name)  # an unknown name is refused here, as on a thread
+                value = calls.begin(ctx._runner, calls.client_of(ctx._runner, name))
+            elif op == "call_settle":
+                name, retry, kind, previous = args
+                value = calls.settle(ctx._runner, calls.client_of(ctx._runner, name), retry,
+                                     kind, previous)
             elif op == "heartbeat":
                 value = ctx.heartbeat()
             elif op == "cancelled":

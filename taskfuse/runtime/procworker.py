@@ -15,8 +15,10 @@ away. It has two threads:
 
 What the context cannot answer alone crosses the pipe to the driving thread, which answers
 from the attempt's real TaskContext: admission to a downstream and the record of the call
-(the fuses live in the worker, shared with thread tasks), heartbeats, the store's view
-behind `cancelled()`. Every log record is forwarded and emitted by the worker's logging.
+(the fuses live in the worker, shared with thread tasks), the call client's budget and
+retry decisions behind `ctx.downstream(name).call(fn)` (whose `fn` runs here, in the same
+loop as on a thread), heartbeats, the store's view behind `cancelled()`. Every log record
+is forwarded and emitted by the worker's logging.
 
 Signals: SIGINT is ignored (Ctrl-C reaches a terminal's whole process group; the worker's
 graceful shutdown decides about running tasks); SIGTERM raises SystemExit, so `finally`
@@ -51,6 +53,7 @@ from types import FrameType, TracebackType
 from typing import Any, NamedTuple
 
 from taskfuse.observe import traceparent as w3c
+from taskfuse.runtime.calls import attempt_through, run_call
 from taskfuse.runtime.context import TaskLogger, call_error_kind, task_logger
 from taskfuse.runtime.errors import (
     BAD_CONFIG,
@@ -264,6 +267,12 @@ class RemoteCall:
         self._id = next(link.call_ids)
         self._start = 0.0
 
+    def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` as one logical call with the client's whole policy, as on a
+        thread (taskfuse.runtime.calls): `fn` runs here, each attempt admitted by the
+        worker's fuses, the budget and the retry decisions kept by the worker."""
+        return run_call(self._name, _RemoteSide(self._link, self._name), fn, args, kwargs)
+
     def __enter__(self) -> RemoteCall:
         if self._link.call("enter", self._id, self._name) is STOPPED:
             raise TaskCanceled(f"stopped before calling downstream {self._name!r}")
@@ -279,6 +288,39 @@ class RemoteCall:
         latency = time.monotonic() - self._start
         kind = None if exc_type is None else call_error_kind(exc)
         self._link.send(("exit", self._id, kind, latency))
+
+
+class _RemoteSide:
+    """`CallSide` in a task process: attempts run here, the client's state is the worker's."""
+
+    __slots__ = ("_link", "_name")
+
+    def __init__(self, link: Link, name: str) -> None:
+        self._link = link
+        self._name = name
+
+    def begin(self) -> float | None:
+        timeout_s: float | None = self._ask("call_begin", self._name)
+        return timeout_s
+
+    def attempt(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], timeout_s: float | None) -> Any:
+        return attempt_through(RemoteCall(self._link, self._name), time.monotonic, fn, args,
+                               kwargs, timeout_s)
+
+    def settle(self, retry: int, kind: str | None,
+               previous: float | None) -> tuple[bool, float, str]:
+        again, delay, why = self._ask("call_settle", self._name, retry, kind, previous)
+        return again, delay, why
+
+    def pause(self, seconds: float) -> bool:
+        return self._link.stop.wait(seconds)
+
+    def _ask(self, *message: Any) -> Any:
+        value = self._link.call(*message)
+        if value is STOPPED:
+            raise TaskCanceled(f"stopped while calling downstream {self._name!r}")
+        return value
 
 
 # -- logs ----------------------------------------------------------------------------------

@@ -423,7 +423,11 @@ batches:
 def _hung_run(tmp_path: Path, executor: str) -> tuple[dict, dict]:
     """The simulation and a load test (a fresh interpreter: its fork server is the load
     test's own, with its preloads) of the tiny hung scenario."""
-    path = write(tmp_path, TINY_HUNG.replace("EXECUTOR", executor))
+    return _simulated_and_real(write(tmp_path, TINY_HUNG.replace("EXECUTOR", executor)))
+
+
+def _simulated_and_real(path: Path) -> tuple[dict, dict]:
+    """The scenario at `path` simulated, and load tested in a fresh interpreter."""
     simulated = run_scenario(scenario(path.read_text())).report
     proc = subprocess.run(
         [sys.executable, "-m", "lab.cli", "loadtest", str(path), "--time-scale", str(SCALE),
@@ -453,6 +457,38 @@ def test_a_load_test_of_a_process_kind_kills_the_hung_attempts(tmp_path) -> None
     assert real["downstreams"]["partner"]["calls"] == 12  # counted from the runtime's events
     assert real["attempts"] == 12
     assert any("executor: process" in note for note in real["loadtest"]["unsupported"])
+
+
+TINY_RETRIES = """
+name: tiny-retries
+seed: 5
+horizon_s: 30
+workers: 6
+retry: {max_retry: 0}
+kinds: {sync: {executor: EXECUTOR}}
+downstreams:
+  partner:
+    provider: {latency: {dist: constant, value: 0.05},
+               outages: [{start_s: 0, end_s: 2, mode: error, error: http_503}]}
+    client: {timeout_s: 1, retry: {max_retry: 3, backoff: {kind: fixed, base: 1.5, jitter: none}}}
+batches:
+  - {id: skus, kind: sync, count: 6, program: [{call: {downstream: partner, count: 1}}]}
+"""
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_a_load_test_makes_the_clients_retries_on_either_executor(tmp_path, executor) -> None:
+    """Every call fails until the outage ends (2 s); the client retries after 1.5 s, so each
+    of the six calls is answered by its third attempt, in the simulation and in task
+    processes alike (their retries counted by the task processes themselves)."""
+    simulated, real = _simulated_and_real(
+        write(tmp_path, TINY_RETRIES.replace("EXECUTOR", executor)))
+    want = {"calls": 18, "call_retries": 12}
+    for report in (simulated, real):
+        got = report["downstreams"]["partner"]
+        assert {k: got[k] for k in want} == want, got
+        assert report["tasks"]["SUCCESS"] == 6
+    assert not any("retr" in note for note in real["loadtest"]["unsupported"])
 
 
 def test_a_load_tests_record_carries_the_stuck_bound_and_the_kinds_to_the_fit(tmp_path) -> None:

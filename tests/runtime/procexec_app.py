@@ -117,6 +117,23 @@ def call_unknown_downstream(ctx: Any, payload: Any) -> None:
         pass
 
 
+def scripted_call(ctx: Any, payload: Any) -> list[float | None]:
+    """`ctx.downstream("partner").call(...)` whose first attempts fail with the error kinds
+    in payload["fail"], one each, then answer with the timeouts each attempt was given: the
+    client's policy (in the worker) decides every retry; the attempts run here."""
+    failures = list(payload["fail"])
+    given: list[float | None] = []
+
+    def partner(timeout: float | None = None) -> list[float | None]:
+        given.append(timeout)
+        if failures:
+            raise TaskError(failures.pop(0), "scripted")
+        return given
+
+    result: list[float | None] = ctx.downstream("partner").call(partner)
+    return result
+
+
 def failing_call(ctx: Any, payload: Any) -> str:
     """A downstream call that fails inside the fuses; the task catches it and goes on."""
     try:

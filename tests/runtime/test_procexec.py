@@ -331,6 +331,68 @@ def test_a_call_cut_short_by_a_kill_gives_its_permit_back(make_runner, listener)
     assert runner.scheduler.guards["db"].bulkhead.in_use == 0
 
 
+# -- ctx.downstream(name).call: the client's whole policy ----------------------------------
+
+_FIXED = {"kind": "fixed", "base": 0.001, "jitter": "none"}
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_a_call_is_retried_by_the_clients_policy_on_either_executor(make_runner,
+                                                                    executor) -> None:
+    app = App()
+    app.downstream("partner", timeout_s=0.5, retry={"max_retry": 3, "backoff": _FIXED})
+    app.task("sync", max_retry=0, executor=executor)(tasks.scripted_call)
+    events = EventList()
+    runner = make_runner(app, workers=1, sinks=[events])
+    task = runner.submit("sync", {"fail": ["http_429", "http_503"]})
+    assert runner.join(JOIN_S)
+    final = runner.get(task.task_id)
+    assert final.status is TaskStatus.SUCCESS, final.error_msg
+    assert final.result == [0.5, 0.5, 0.5]  # every attempt got timeout= from the limits
+    calls = [e.reason for e in events.of_kind(EventKind.CALL)]
+    assert calls == ["http_429", "http_503", "ok"]  # each attempt through the fuses
+    assert runner.clients["partner"].retries == 2
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_a_call_that_fails_for_good_fails_the_attempt_with_its_last_kind(make_runner,
+                                                                        executor) -> None:
+    app = App()
+    app.downstream("partner", retry={"max_retry": 1, "backoff": {"kind": "none"}})
+    app.task("sync", max_retry=0, executor=executor)(tasks.scripted_call)
+    runner = make_runner(app, workers=1)
+    task = runner.submit("sync", {"fail": ["http_503", "http_401", "http_500"]})
+    assert runner.join(JOIN_S)
+    final = runner.get(task.task_id)
+    assert final.status is TaskStatus.FAILED and final.error_kind == "http_401"
+    assert "not retryable" in final.error_msg and "partner" in final.error_msg
+
+
+def test_process_and_thread_tasks_spend_one_retry_budget(make_runner) -> None:
+    """The budget is the worker's: what a process task's retries spent, a thread task's
+    call can no longer spend (and the other way round)."""
+    app = App()
+    app.downstream("partner", retry={
+        "max_retry": 5, "backoff": {"kind": "none"},
+        "budget": {"kind": "tokens", "capacity": 10, "cost": 5, "refund": 5}})
+    app.task("in_process", max_retry=0, executor="process")(tasks.scripted_call)
+    app.task("on_thread", max_retry=0)(tasks.scripted_call)
+    runner = make_runner(app, workers=1)
+    first = runner.submit("in_process", {"fail": ["http_503"] * 4})
+    assert runner.join(JOIN_S)
+    assert runner.get(first.task_id).error_msg.endswith("retry budget exhausted")
+    assert runner.clients["partner"].retries == 2  # 10 tokens, 5 a retry
+    second = runner.submit("on_thread", {"fail": ["http_503"]})
+    assert runner.join(JOIN_S)
+    assert runner.get(second.task_id).error_msg.endswith("retry budget exhausted")
+    third = runner.submit("on_thread", {"fail": []})  # answers at once: refunds 5
+    assert runner.join(JOIN_S)
+    fourth = runner.submit("in_process", {"fail": ["http_503"]})  # one retry affordable
+    assert runner.join(JOIN_S)
+    assert [runner.get(t.task_id).status for t in (third, fourth)] == [TaskStatus.SUCCESS] * 2
+    assert runner.clients["partner"].retries == 3
+
+
 # -- warm before the first claim -----------------------------------------------------------
 
 
