@@ -393,6 +393,30 @@ def test_process_and_thread_tasks_spend_one_retry_budget(make_runner) -> None:
     assert runner.clients["partner"].retries == 3
 
 
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_an_adaptive_bulkhead_follows_the_calls_of_either_executor(make_runner,
+                                                                  executor) -> None:
+    """The runtime's call path feeds the adaptive limit: a failed call shrinks it (AIMD,
+    x0.9 floored), as many good calls in a row as the limit grow it back by one."""
+    app = App()
+    app.downstream("partner", bulkhead=10, retry={"max_retry": 0},
+                   adaptive={"kind": "aimd", "min": 1, "max": 10})
+    app.task("sync", max_retry=0, executor=executor)(tasks.scripted_call)
+    events = EventList()
+    runner = make_runner(app, workers=1, sinks=[events])
+    bulkhead = runner.scheduler.guards["partner"].bulkhead
+    assert bulkhead.limit == 10
+    failed = runner.submit("sync", {"fail": ["http_503"]})
+    assert runner.join(JOIN_S)
+    assert runner.get(failed.task_id).error_kind == "http_503"
+    assert bulkhead.limit == 9
+    runner.submit_many([runner.spec("sync", {"fail": []})] * 9)
+    assert runner.join(JOIN_S)
+    assert bulkhead.limit == 10 and bulkhead.in_use == 0
+    limits = [(e.reason, e.subject, e.value) for e in events.of_kind(EventKind.LIMIT)]
+    assert limits == [("adaptive", "partner", 9.0), ("adaptive", "partner", 10.0)]
+
+
 # -- warm before the first claim -----------------------------------------------------------
 
 
