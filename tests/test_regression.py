@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from benchmarks import regression
 
 SHIPPED = sorted(p.name for p in (regression.ROOT / "scenarios").glob("*.yaml"))
@@ -68,14 +70,16 @@ def test_a_figure_missing_from_the_baseline_fails() -> None:
     assert problems == ["sqlite_statements_per_task: not in the baseline (run `make baseline`)"]
 
 
-def test_the_wall_ratio_has_its_slack_and_no_more() -> None:
+@pytest.mark.parametrize(("name", "slack"), [
+    ("lab_over_minimal_wall", regression.TIME_RATIO_SLACK),
+    ("lab_over_minimal_calls", regression.RATIO_SLACK)])
+def test_each_cost_ratio_has_its_slack_and_no_more(name: str, slack: float) -> None:
     base = _base()
-    limit = base["lab_over_minimal_wall"] * regression.RATIO_SLACK
-    within = dict(base, lab_over_minimal_wall=round(limit - 0.001, 3))
-    beyond = dict(base, lab_over_minimal_wall=round(limit + 0.01, 3))
+    limit = base[name] * slack
+    within = dict(base, **{name: round(limit - 0.001, 3)})
+    beyond = dict(base, **{name: round(limit + 0.01, 3)})
     assert regression.compare(within, base) == []
-    assert [p.split(":")[0] for p in regression.compare(beyond, base)] == [
-        "lab_over_minimal_wall"]
+    assert [p.split(":")[0] for p in regression.compare(beyond, base)] == [name]
 
 
 def test_a_fit_round_trip_that_changed_is_reported() -> None:

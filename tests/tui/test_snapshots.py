@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from textual.app import App
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from taskfuse.store.memory import MemoryStore
 from tests.tui.fleetgen import NOW, fill_fleet
@@ -34,6 +35,21 @@ SCREENS = {
 }
 
 
+async def _tables_measured(pilot: Pilot[int]) -> None:
+    """Pause until every table on the screen has measured its latest rows.
+
+    A DataTable sizes its columns from new rows on its next idle event, which a loaded
+    machine can delay past a few pauses: one full-suite run beside another caught the task
+    column still as wide as the previous page's ids (`skus-19` for `skus-195`).
+    """
+    for _ in range(200):
+        await pilot.pause()
+        tables = pilot.app.screen.query(DataTable)
+        if not any(t._require_update_dimensions or t._updated_cells for t in tables):
+            break
+    await pilot.pause()  # and drawn with the new widths
+
+
 def _at(t: float, *keys: str) -> Callable[[Pilot[int]], Awaitable[None]]:
     async def run_before(pilot: Pilot[int]) -> None:
         app = pilot.app
@@ -44,7 +60,7 @@ def _at(t: float, *keys: str) -> Callable[[Pilot[int]], Awaitable[None]]:
             await pilot.press(*keys)
         await app.wait_idle()  # a keystroke may start a load round, and a screen's first
         await pilot.pause()  # draw comes one refresh after it is pushed
-        await pilot.pause()
+        await _tables_measured(pilot)
 
     return run_before
 
@@ -78,7 +94,7 @@ def test_fleet(snap_compare: Compare, keys: tuple[str, ...], size: tuple[int, in
         await app.wait_idle()
         await pilot.press(*keys)
         await app.wait_idle()
-        await pilot.pause()
+        await _tables_measured(pilot)
 
     assert snap_compare(_fleet(), terminal_size=size, run_before=run_before)
 
@@ -101,6 +117,6 @@ def test_follow_view_stalled(snap_compare: Compare, tmp_path: Path) -> None:
         now[0] = 42.0
         pilot.app.poll_now()
         await pilot.app.wait_idle()
-        await pilot.pause()
+        await _tables_measured(pilot)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
