@@ -9,10 +9,13 @@ Nothing here reads a clock: the time of a poll is an argument.
 What the store can tell, and how it is read:
 
 * counts by state, per batch, and the RUNNING tasks: every poll (cheap, indexed);
-* the worker view: per worker thread (`worker_id` is `host:pid/i` and stays on finished
-  rows) its tasks by status, latest heartbeat / start / finish and errors, summed per
-  process; threads are the distinct `/i` seen. A full scan of the table, so it runs every
-  `SLOW_POLL_S` (every poll while the worker view is open);
+* the worker view, every poll: what each worker process says of itself in its beat (the
+  workers table: threads, busy, stuck, attempts it ended and those that failed, when it last
+  beat) and what it holds now (the RUNNING tasks above, by `worker_id` `host:pid` or
+  `host:pid/i`: busy, latest heartbeat). Neither grows with the finished rows: the view
+  used to sum the whole table by worker and status, 0.29 s at a million rows on PostgreSQL
+  and growing with it, every five seconds. A process that never beats (a driver of its own
+  on the Scheduler) shows while it holds tasks;
 * per-batch p99: the nearest-rank p99 of the last attempt's duration (finished_at -
   started_at) of its ended tasks, asked again only for batches whose ended count moved;
 * one task's history: what its record says (submitted, the last attempt's start and worker,
@@ -35,7 +38,6 @@ from tui.taskindex import TaskRow
 
 if TYPE_CHECKING:  # the monitor uses a store's read-only queries, never its writes
     from taskfuse.core.task import Task
-    from taskfuse.store.sql import WorkerActivity
 
 #: The series a poll adds to the timeline (the names the trace format uses for the same).
 SERIES: tuple[str, ...] = (
@@ -44,12 +46,11 @@ SERIES: tuple[str, ...] = (
 )
 #: The charts show the last this many seconds of polls.
 WINDOW_S = 600.0
-#: The full-scan questions (workers, p99 of running batches) at most this often.
+#: The slow questions (p99 of batches whose ended count moved) at most this often.
 SLOW_POLL_S = 5.0
 #: A process whose latest heartbeat, start or finish is older than this is not counted in
 #: the fleet's threads (it stopped, or has been idle that long).
 LIVE_S = 60.0
-_ENDED = frozenset(s.value for s in TaskStatus if s.value in TERMINAL_STATES)
 
 
 class FleetReads(Protocol):
@@ -59,7 +60,6 @@ class FleetReads(Protocol):
     def batch_ids(self) -> list[str]: ...
     def running(self) -> list[Task]: ...
     def find(self, id_or_trace: str) -> list[Task]: ...
-    def worker_activity(self) -> list[WorkerActivity]: ...
     def batch_p99(self, batch_id: str) -> float | None: ...
 
 
@@ -74,27 +74,27 @@ class RunningTask:
     worker_id: str | None
     started_at: float | None
     attempt: int
+    heartbeat_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerRow:
-    """One worker process (host:pid) as its tasks in the store show it."""
+    """One worker process (host:pid): its own beat, and the tasks it holds now."""
 
     process: str
-    threads: int  # distinct thread indexes (host:pid/i) seen on its tasks
-    busy: int  # tasks RUNNING on it now
-    heartbeat: float | None  # latest heartbeat of its RUNNING tasks
-    last_seen: float | None  # latest heartbeat, start or finish of any of its tasks
-    done: int  # tasks it ended (any terminal status)
-    errors: int  # its tasks not SUCCESS that carry an error (failures, timeouts, retries)
+    threads: int  # its worker threads (its beat), else the distinct /i of its RUNNING tasks
+    busy: int  # tasks it runs now
+    heartbeat: float | None  # its latest beat or task heartbeat
+    last_seen: float | None  # the latest sign of it: a beat, a heartbeat, a start
+    done: int  # attempts it ended (committed), by its beat
+    errors: int  # of its attempts, those that ended in an error (failed or timed out)
     #: threads busy with a task that is no longer RUNNING (from the worker's own beat)
     stuck: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class FleetSample:
-    """One poll: counts by state (all tasks and per batch), the RUNNING tasks, and, when the
-    slow questions were asked, the workers."""
+    """One poll: counts by state (all tasks and per batch), the RUNNING tasks, the workers."""
 
     t: float
     counts: Mapping[str, int]
@@ -107,47 +107,39 @@ def _by_name(counts: Mapping[TaskStatus, int]) -> dict[str, int]:
     return {TaskStatus(s).value: int(n) for s, n in counts.items()}
 
 
-@dataclass(slots=True)
-class _Acc:
-    threads: set[str]
-    busy: int = 0
-    heartbeat: float | None = None
-    last_seen: float | None = None
-    done: int = 0
-    errors: int = 0
-
-
-def worker_rows(activity: Sequence[WorkerActivity],
+def worker_rows(running: Sequence[RunningTask],
                 beats: Sequence[WorkerBeat] = ()) -> tuple[WorkerRow, ...]:
-    """Per-thread, per-status groups summed up per process, busiest first; where a process
-    wrote its own beat (threads, busy, stuck), that is what it says of itself."""
-    acc: dict[str, _Acc] = {}
-    for a in activity:
-        process, _, thread = a.worker_id.rpartition("/")
-        if not process:
-            process, thread = a.worker_id, ""
-        w = acc.setdefault(process, _Acc(set()))
-        w.threads.add(thread)
-        if a.status == "RUNNING":
-            w.busy += a.tasks
-            w.heartbeat = _latest(w.heartbeat, a.heartbeat_at)
-        if a.status in _ENDED:
-            w.done += a.tasks
-        if a.status != "SUCCESS":
-            w.errors += a.errors
-        w.last_seen = _latest(w.last_seen, a.heartbeat_at, a.started_at, a.finished_at)
-    rows = {p: WorkerRow(p, len(w.threads), w.busy, w.heartbeat, w.last_seen, w.done,
-                         w.errors) for p, w in acc.items()}
+    """One row per process, busiest first: what its beat says of it (threads, busy, stuck,
+    attempts ended and failed), else what its RUNNING tasks show (a process that does not
+    beat); a stopped process keeps its row, idle, so what it did stays in view."""
+    held: dict[str, list[RunningTask]] = {}
+    for r in running:
+        if r.worker_id:
+            held.setdefault(_process_of(r.worker_id), []).append(r)
+    rows = {p: WorkerRow(p, len({_thread_of(r.worker_id or "") for r in rs}), len(rs),
+                         _latest(*(r.heartbeat_at for r in rs)),
+                         _latest(*(r.heartbeat_at for r in rs), *(r.started_at for r in rs)),
+                         0, 0)
+            for p, rs in held.items()}
     for b in beats:
-        if b.stopped and b.worker_id not in rows:
-            continue
         old = rows.get(b.worker_id) or WorkerRow(b.worker_id, 0, 0, None, None, 0, 0)
         rows[b.worker_id] = replace(
             old, threads=0 if b.stopped else b.threads, busy=0 if b.stopped else b.busy,
             stuck=0 if b.stopped else b.stuck, heartbeat=_latest(old.heartbeat, b.beat_at),
-            last_seen=_latest(old.last_seen, b.beat_at))
+            last_seen=_latest(old.last_seen, b.beat_at), done=b.completed, errors=b.failed)
     return tuple(sorted(rows.values(), key=lambda r: (-r.busy, -(r.last_seen or 0.0),
                                                       r.process)))
+
+
+def _process_of(worker_id: str) -> str:
+    """`host:pid` of a worker id (`host:pid`, or `host:pid/i` naming one of its threads)."""
+    process, _, _ = worker_id.rpartition("/")
+    return process or worker_id
+
+
+def _thread_of(worker_id: str) -> str:
+    process, _, thread = worker_id.rpartition("/")
+    return thread if process else ""
 
 
 def _beats(store: Any) -> list[WorkerBeat]:
@@ -157,7 +149,7 @@ def _beats(store: Any) -> list[WorkerBeat]:
         return []
     try:
         return list(workers())
-    except Exception:  # a store whose schema predates the workers table: tasks tell enough
+    except Exception:  # a store whose schema predates the workers table: its running tasks
         return []
 
 
@@ -195,7 +187,7 @@ class P99Cache:
 def poll_store(store: FleetReads, now: float, slow: bool = True,
                p99: P99Cache | None = None) -> FleetSample:
     """Ask the store what the fleet is doing (read-only queries only; may raise StoreError).
-    `slow`: also the full-scan questions (workers, p99 of batches that moved)."""
+    `slow`: also the p99 of batches whose ended count moved."""
     counts = _by_name(store.counts())
     p99 = p99 or P99Cache()
     batches = []
@@ -205,11 +197,10 @@ def poll_store(store: FleetReads, now: float, slow: bool = True,
         batches.append(BatchRow(b, per, p99.get(store, b, ended, slow)))
     running = tuple(
         RunningTask(t.task_id, t.kind, t.batch_id, t.trace_id, t.worker_id, t.started_at,
-                    t.retry_count + 1)
+                    t.retry_count + 1, t.heartbeat_at)
         for t in sorted(store.running(), key=lambda t: (t.started_at or 0.0, t.task_id))
     )
-    workers = worker_rows(store.worker_activity(), _beats(store)) if slow else None
-    return FleetSample(now, counts, tuple(batches), running, workers)
+    return FleetSample(now, counts, tuple(batches), running, worker_rows(running, _beats(store)))
 
 
 def running_rows(sample: FleetSample) -> list[TaskRow]:
@@ -317,7 +308,6 @@ class FleetModel:
         self.timeline = Timeline(list(SERIES))
         self.latest: FleetSample | None = None
         self.workers: tuple[WorkerRow, ...] | None = None
-        self.workers_t: float | None = None
 
     @property
     def threads(self) -> int | None:
@@ -329,8 +319,8 @@ class FleetModel:
     def add(self, sample: FleetSample) -> None:
         prev, self.latest = self.latest, sample
         if sample.workers is not None:
-            self.workers, self.workers_t = sample.workers, sample.t
-        elif prev is not None:  # a fast poll: per-batch p99 from the last slow one
+            self.workers = sample.workers
+        if prev is not None:  # a fast poll: per-batch p99 from the last slow one
             known = {b.batch_id: b.p99 for b in prev.batches}
             self.latest = replace(sample, batches=tuple(
                 b if b.p99 is not None else replace(b, p99=known.get(b.batch_id))

@@ -137,15 +137,13 @@ class FleetApp(App[int]):
 
     def poll_now(self, slow: bool | None = None) -> None:
         """Start a poll unless one is still running (a slow store must not pile them up).
-        `slow` asks the full-scan questions too (by default every `slow_poll_s`, and every
-        poll while the worker view is open)."""
+        `slow` asks the slow questions too (by default every `slow_poll_s`)."""
         self._sync()
         if self._busy:
             return
         now = self.clock()
         if slow is None:
-            slow = (self._last_slow is None or now - self._last_slow >= self.slow_poll_s
-                    or isinstance(self.screen, FleetWorkersScreen))
+            slow = self._last_slow is None or now - self._last_slow >= self.slow_poll_s
         if slow:
             self._last_slow = now
         watched = self.screen.watched.query if isinstance(self.screen, FleetTaskScreen) \

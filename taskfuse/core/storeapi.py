@@ -23,9 +23,9 @@ still running somewhere, and that stale attempt must not renew the lease of the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Batch, Task
@@ -58,6 +58,15 @@ class WorkerBeat(NamedTuple):
     beat_at: float
     #: the worker shut down (its last beat)
     stopped: bool = False
+    #: attempts of this process that ended in an error: a failed outcome it committed, or
+    #: its own attempt its watchdog timed out (the fleet view's errors per worker)
+    failed: int = 0
+
+
+def beat_of(fields: Mapping[str, Any]) -> WorkerBeat:
+    """A beat read back from a store: fields it does not know (written by a newer worker)
+    are left out, fields it lacks (an older worker) take their defaults."""
+    return WorkerBeat(**{k: v for k, v in fields.items() if k in WorkerBeat._fields})
 
 
 @runtime_checkable

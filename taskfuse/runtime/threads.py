@@ -108,6 +108,8 @@ class RunnerStats:
 
     claimed: int = 0
     completed: int = 0
+    #: attempts of ours that ended in an error: failed outcomes committed, ours timed out
+    failed: int = 0
     discarded: int = 0  # late results that lost the race to a cancel, timeout or release
     expired: int = 0  # moves made by this runner's watchdog
     released: int = 0  # RUNNING tasks handed back to PENDING at shutdown
@@ -772,13 +774,14 @@ class Runner:
         at = self.attempts
         lost = []
         with at.mu:
-            for (ctx, _), answer in zip(group, answers, strict=True):
+            for (ctx, outcome), answer in zip(group, answers, strict=True):
                 at.committing.pop(key_of(ctx.task), None)
                 if isinstance(answer, LostRace):
                     self.stats.discarded += 1
                     lost.append((ctx, answer))
                 else:
                     self.stats.completed += 1
+                    self.stats.failed += not outcome.ok
             self.stats.groups += 1
             at.settled.notify_all()
         self._claim_wake.set()  # retries, freed batch slots and released dependents
@@ -817,6 +820,7 @@ class Runner:
             return
         with self.attempts.mu:
             self.stats.expired += len(moved)
+            self.stats.failed += sum(t.worker_id == self.worker_id for t in moved)
         for task in moved:
             self._stop_task(task.task_id)
             log.info("watchdog: task %s %s (%s)", task.task_id, task.status.value,
@@ -889,11 +893,13 @@ class Runner:
             busy = at.busy()
             stats = self.stats
             counts = (stats.claimed, stats.completed, stats.discarded)
+            failed = stats.failed
         kinds: dict[str, int] = {}
         for kind in stuck:
             kinds[kind] = kinds.get(kind, 0) + 1
         return WorkerBeat(self.worker_id, self.app.name, self.workers, max(0, busy),
-                          len(stuck), kinds, *counts, self._started_at, self.clock(), stopped)
+                          len(stuck), kinds, *counts, self._started_at, self.clock(), stopped,
+                          failed)
 
     def _beat_worker(self, stopped: bool = False) -> None:
         try:

@@ -15,14 +15,11 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
-
-if TYPE_CHECKING:
-    from taskfuse.store.sql import WorkerActivity
 
 _PENDING = TaskStatus.PENDING
 _RUNNING = TaskStatus.RUNNING
@@ -481,25 +478,6 @@ class MemoryStore:
         """Nothing to release; present so callers can close any store alike."""
 
     # -- read-only questions of the fleet view (the SQL stores' named queries, by hand) --------
-
-    def worker_activity(self) -> list[WorkerActivity]:
-        """Per worker thread and status: tasks, latest heartbeat / start / finish, errors."""
-        from taskfuse.store.sql import WorkerActivity
-
-        groups: dict[tuple[str, str], list[Task]] = defaultdict(list)
-        for t in self._tasks.values():
-            if t.worker_id is not None:
-                groups[t.worker_id, t.status.value].append(t)
-
-        def latest(values: Iterable[float | None]) -> float | None:
-            return max((v for v in values if v is not None), default=None)
-
-        return [
-            WorkerActivity(worker, status, len(ts), latest(t.heartbeat_at for t in ts),
-                           latest(t.started_at for t in ts), latest(t.finished_at for t in ts),
-                           sum(t.error_kind is not None for t in ts))
-            for (worker, status), ts in groups.items()
-        ]
 
     def batch_p99(self, batch_id: str) -> float | None:
         """Nearest-rank p99 of the last-attempt durations of a batch's ended tasks."""

@@ -1,5 +1,6 @@
 """A small fleet with known facts, in a real store: two worker processes with four threads
-each took tasks of three batches; some ended, some failed, some still run.
+each took tasks of three batches; some ended, some failed, some still run; each process
+wrote its beat as a Runner does.
 
 Used by the fleet view's tests and snapshots. The scheduler moves every task (claims,
 completions, heartbeats) with times from a fixed clock, so the same store comes out every
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from taskfuse.core.scheduler import Scheduler, Work
-from taskfuse.core.storeapi import Store
+from taskfuse.core.storeapi import Store, WorkerBeat
 from taskfuse.core.task import Outcome, TaskSpec
 
 T0 = 1_700_000_000.0
@@ -69,6 +70,10 @@ def fill_fleet(store: Store) -> Fleet:
             running += 1
     for task in store.running():
         store.heartbeat(task.task_id, task.version, NOW - 3)
+    for process in PROCESSES:  # what each says of itself, as a Runner's beat does
+        store.beat_worker(WorkerBeat(
+            process, "fleetgen", THREADS, THREADS, 0, {}, done_by[process] + THREADS,
+            done_by[process], 0, T0, NOW - 3, failed=errors_by[process]))
     # nearest rank: the ceil(0.99 n)-th smallest
     p99 = {b: sorted(d)[-(-99 * len(d) // 100) - 1] for b, d in durations.items()}
     return Fleet(running, done_by, errors_by, p99)

@@ -4,17 +4,27 @@ history."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from taskfuse.core.metrics import percentile
 from taskfuse.core.scheduler import Scheduler
+from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Outcome, TaskSpec
-from taskfuse.store.sql import WorkerActivity, p99_offset
+from taskfuse.store.sql import p99_offset
 from tests.store.backends import ALL_STORES
 from tests.tui.fleetgen import NOW, PROCESSES, THREADS, fill_fleet
-from tui.fleet import LIVE_S, P99Cache, Watched, live_threads, poll_store, worker_rows
+from tui.fleet import (
+    LIVE_S,
+    P99Cache,
+    RunningTask,
+    Watched,
+    live_threads,
+    poll_store,
+    worker_rows,
+)
 
 
 @pytest.mark.parametrize("n", [1, 2, 99, 100, 101, 200, 1000])
@@ -27,34 +37,90 @@ def test_p99_offset_is_the_nearest_rank(n: int) -> None:
 def test_every_store_answers_the_fleet_questions_alike(name: str, tmp_path: Path) -> None:
     with ALL_STORES[name](tmp_path) as store:
         facts = fill_fleet(store)
-        activity = store.worker_activity()
-        assert all(isinstance(a, WorkerActivity) for a in activity)
-        threads = {a.worker_id for a in activity}
-        assert threads == {f"{p}/{i}" for p in PROCESSES for i in range(THREADS)}
         assert store.batch_p99("nightly") == pytest.approx(facts.p99["nightly"])
         assert store.batch_p99("backfill") is None  # nothing ended
         assert store.batch_p99("no-such-batch") is None
-        rows = {w.process: w for w in worker_rows(activity)}
+        sample = poll_store(store, NOW)
+        assert [b.label for b in sample.batches] == ["PARTIAL_SUCCESS", "RUNNING", "PENDING"]
+        rows = {w.process: w for w in sample.workers or ()}
+        assert set(rows) == set(PROCESSES)
         for p in PROCESSES:
             assert (rows[p].threads, rows[p].busy) == (THREADS, THREADS)
             assert rows[p].done == facts.done_by[p] and rows[p].errors == facts.errors_by[p]
             assert rows[p].heartbeat == NOW - 3
-        sample = poll_store(store, NOW)
-        assert [b.label for b in sample.batches] == ["PARTIAL_SUCCESS", "RUNNING", "PENDING"]
 
 
-def test_live_threads_count_processes_active_within_a_minute() -> None:
-    rows = worker_rows([
-        WorkerActivity("a:1/0", "SUCCESS", 5, None, 90.0, 95.0, 0),
-        WorkerActivity("a:1/1", "SUCCESS", 5, None, 90.0, 95.0, 0),
-        WorkerActivity("b:2/0", "FAILED", 2, None, 10.0, 20.0, 2),
-        WorkerActivity("c:3/0", "RUNNING", 1, 30.0, 30.0, None, 0),
-    ])
+def _running(worker_id: str, started_at: float, heartbeat_at: float | None = None
+             ) -> RunningTask:
+    return RunningTask(f"t-{worker_id}-{started_at}", "k", None, "tr", worker_id, started_at,
+                       1, heartbeat_at)
+
+
+def _beat(process: str, at: float, threads: int = 2, busy: int = 0, completed: int = 0,
+          failed: int = 0, stopped: bool = False) -> WorkerBeat:
+    return WorkerBeat(process, "app", threads, busy, 0, {}, completed, completed, 0, 0.0, at,
+                      stopped, failed)
+
+
+def test_workers_are_what_they_say_and_what_they_hold() -> None:
+    """A process's beat says what it is and did; a process that does not beat shows while it
+    holds tasks, by its worker ids; a stopped one stays, idle, with what it did."""
+    rows = worker_rows(
+        [_running("c:3/0", 30.0, 31.0), _running("c:3/2", 32.0),
+         _running("a:1", 80.0, 95.0)],
+        [_beat("a:1", 96.0, threads=4, busy=1, completed=10, failed=2),
+         _beat("b:2", 20.0, completed=5, failed=1, stopped=True)])
     assert [r.process for r in rows] == ["c:3", "a:1", "b:2"]  # busiest, then latest
-    now = 20.0 + LIVE_S + 1  # b stopped a minute ago; c still holds a task
-    assert live_threads(rows, now) == 2 + 1
-    assert rows[2].errors == 2 and rows[1].errors == 0
+    c, a, b = rows
+    assert (c.threads, c.busy, c.heartbeat, c.last_seen, c.done) == (2, 2, 31.0, 32.0, 0)
+    assert (a.threads, a.busy, a.heartbeat, a.done, a.errors) == (4, 1, 96.0, 10, 2)
+    assert (b.threads, b.busy, b.last_seen, b.done, b.errors) == (0, 0, 20.0, 5, 1)
+    now = 20.0 + LIVE_S + 1  # b stopped a minute ago; c still holds tasks
+    assert live_threads(rows, now) == 2 + 4
     assert live_threads(worker_rows([]), now) is None
+
+
+def test_a_runners_beat_counts_what_its_attempts_did(tmp_path: Path) -> None:
+    """Real threads on a real SQLite file: done and errors in the worker view are the
+    runner's own counts (a failed outcome, and an attempt of its own that timed out)."""
+    import threading
+
+    from taskfuse.runtime import App, Runner
+    from taskfuse.store.sqlite import SQLiteStore
+
+    app = App("beats")
+    release = threading.Event()
+
+    @app.task("ok", max_retry=0)
+    def ok(ctx, payload):
+        return payload
+
+    @app.task("bad", max_retry=0)
+    def bad(ctx, payload):
+        raise ValueError("no")
+
+    @app.task("slow", max_retry=0, timeout=0.2)
+    def slow(ctx, payload):
+        release.wait(30)  # ignores its stop: the watchdog times it out
+
+    store = SQLiteStore(tmp_path / "t.db")
+    runner = Runner(app, store, workers=2, worker_id="host:7").start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (seen := poll_store(store, time.time()).workers):  # its first beat
+            assert time.monotonic() < deadline, "no beat from the runner"
+            time.sleep(0.01)
+        (started,) = seen
+        assert (started.process, started.threads, started.done) == ("host:7", 2, 0)
+        runner.submit_many([runner.spec("ok", i) for i in range(5)]
+                           + [runner.spec("bad"), runner.spec("slow")])
+        assert runner.join(30)
+    finally:
+        release.set()
+        runner.shutdown(grace_s=5)  # its last beat
+    (row,) = poll_store(store, time.time()).workers or ()
+    assert (row.process, row.threads, row.busy, row.done, row.errors) == ("host:7", 0, 0, 6, 2)
+    store.close()
 
 
 def test_p99_is_asked_again_only_when_a_batch_ended_more_tasks() -> None:

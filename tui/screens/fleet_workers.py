@@ -1,5 +1,6 @@
 """The fleet's worker view (Flower has one; so do we): every worker process the store knows
-of, its threads, how many are busy, its latest heartbeat, what it finished and its errors."""
+of (its beats, and the tasks it holds), its threads, how many are busy, its latest
+heartbeat, the attempts it ended and those that failed."""
 
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ FLEET_KEYS: tuple[Keys, Keys] = (
               ("q", "quit")))),
     (("find", (("/ :ID", "a task or trace id"), (":board :workers", "a view"),
                (":help :quit", ""))),
-     ("workers view", (("threads", "seen in worker ids"), ("busy", "tasks RUNNING now"),
-                       ("heartbeat", "latest, of RUNNING"), ("done errors", "ended / with error"))),
+     ("workers view", (("threads", "its own, or seen"), ("busy", "tasks RUNNING now"),
+                       ("heartbeat", "latest beat"), ("done errors", "attempts / failed"))),
      ),
 )
 

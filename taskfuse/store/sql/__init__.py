@@ -28,10 +28,10 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any
 
 from taskfuse.core.states import TaskfuseError, TaskStatus
-from taskfuse.core.storeapi import WorkerBeat
+from taskfuse.core.storeapi import WorkerBeat, beat_of
 from taskfuse.core.task import TASK_FIELDS, Task
 
 #: Task fields in table order; every SELECT of a task lists exactly these.
@@ -207,17 +207,11 @@ class NamedQueryReads:
 
     # -- read-only questions of the fleet view (lab watch --store) ----------------------------
 
-    def worker_activity(self) -> list[WorkerActivity]:
-        """Per worker thread and status: tasks, latest heartbeat / start / finish, errors."""
-        value = self._scalar("worker_activity")
-        rows = json.loads(value) if isinstance(value, str) else value or []
-        return [WorkerActivity(*row) for row in rows]
-
     def workers(self) -> list[WorkerBeat]:
         """Every worker's last beat (`Store.beat_worker`), the latest first."""
         value = self._scalar("workers")
         rows = json.loads(value) if isinstance(value, str) else value or []
-        return [WorkerBeat(**row) for row in rows]
+        return [beat_of(row) for row in rows]
 
     def batch_p99(self, batch_id: str) -> float | None:
         """Nearest-rank p99 of the last-attempt durations of a batch's ended tasks."""
@@ -243,18 +237,6 @@ def split_statements(script: str, complete: Any) -> list[str]:
     if any(ln.strip() and not ln.lstrip().startswith("--") for ln in buf):
         raise StoreSQLError(f"unterminated statement in migration: {' '.join(buf)[:80]!r}")
     return out
-
-
-class WorkerActivity(NamedTuple):
-    """One (worker thread, status) group of the tasks table, for the fleet's worker view."""
-
-    worker_id: str
-    status: str
-    tasks: int
-    heartbeat_at: float | None
-    started_at: float | None
-    finished_at: float | None
-    errors: int
 
 
 def p99_offset(n: int) -> int:

@@ -360,17 +360,6 @@ RETURNING b.empty_at
 -- After an unsure commit: did our acquire land? The slot carries our lease id.
 SELECT slot, expires_at FROM fleet_slots WHERE name = %(name)s AND lease_id = %(lease_id)s
 
--- worker_activity --
--- The fleet view's worker view (read-only): per worker thread (worker_id is host:pid/i, kept
--- on finished rows) and status, the tasks, the latest heartbeat / start / finish, and how
--- many rows carry an error; one JSON array so every store answers it as one value.
-SELECT coalesce(json_agg(json_build_array(worker_id, status, n, hb, st, fin, errs)), '[]')
-FROM (SELECT worker_id, status, count(*) AS n, max(heartbeat_at) AS hb,
-             max(started_at) AS st, max(finished_at) AS fin,
-             count(error_kind) AS errs
-      FROM tasks WHERE worker_id IS NOT NULL
-      GROUP BY worker_id, status) AS per_worker
-
 -- batch_timed_count --
 -- How many of a batch's tasks ended after running (their last attempt has a duration).
 SELECT count(*) FROM tasks

@@ -240,17 +240,6 @@ ORDER BY src, seq
 -- task_count --
 SELECT count(*) FROM tasks
 
--- worker_activity --
--- The fleet view's worker view (read-only): per worker thread (worker_id is host:pid/i, kept
--- on finished rows) and status, the tasks, the latest heartbeat / start / finish, and how
--- many rows carry an error; one JSON array so every store answers it as one value.
-SELECT coalesce(json_group_array(json_array(worker_id, status, n, hb, st, fin, errs)), '[]')
-FROM (SELECT worker_id, status, count(*) AS n, max(heartbeat_at) AS hb,
-             max(started_at) AS st, max(finished_at) AS fin,
-             sum(CASE WHEN error_kind IS NULL THEN 0 ELSE 1 END) AS errs
-      FROM tasks WHERE worker_id IS NOT NULL
-      GROUP BY worker_id, status)
-
 -- batch_timed_count --
 -- How many of a batch's tasks ended after running (their last attempt has a duration).
 SELECT count(*) FROM tasks
