@@ -27,7 +27,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -351,3 +353,67 @@ def test_follow_an_idle_trace_costs_under_2_percent_of_a_core(benchmark, tmp_pat
     follow = benchmark.pedantic(measure, rounds=1, iterations=1)
     benchmark.extra_info.update({f"{k}_cpu_share": round(v, 4) for k, v in shares.items()})
     assert follow <= 0.02, shares
+
+
+# -- the fleet view's poll of a big table --------------------------------------------------
+
+FLEET_ROWS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def fleet_store() -> Iterator[Any]:
+    """A PostgreSQL store of a million ended tasks in three registered batches, plus 8
+    RUNNING tasks of a fourth, and one worker's beat."""
+    import psycopg
+
+    from taskfuse.core.storeapi import WorkerBeat
+    from taskfuse.core.task import Batch
+    from taskfuse.store.postgres import PostgresStore
+    from tests.store.backends import PG_URL, drop_schema, need_pg, new_schema, pg_url
+
+    need_pg()
+    schema = new_schema()
+    store = PostgresStore(pg_url(schema))
+    for b in ("b0", "b1", "b2", "live"):
+        store.put_batch(Batch(b, created_at=1e9))
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {schema}")
+        conn.execute(
+            "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
+            "max_retry, timeout, created_at, started_at, finished_at, worker_id, batch_id) "
+            "SELECT 't' || i, 'k', 'tr' || i, 'SUCCESS', 3, 0, 3, 60, 1e9 + i, 1e9 + i, "
+            "1e9 + i + 1, 'host:1', 'b' || (i %% 3) FROM generate_series(1, %s) AS i",
+            [FLEET_ROWS])
+        conn.execute(
+            "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
+            "max_retry, timeout, created_at, started_at, worker_id, heartbeat_at, batch_id) "
+            "SELECT 'r' || i, 'k', 'trr' || i, 'RUNNING', 2, 0, 3, 60, 2e9, 2e9, 'host:1', "
+            "2e9, 'live' FROM generate_series(1, 8) AS i")
+        conn.execute("ANALYZE tasks")
+    store.beat_worker(WorkerBeat("host:1", "bench", 8, 8, 0, {}, FLEET_ROWS, FLEET_ROWS, 0,
+                                 1e9, 2e9))
+    yield store
+    store.close()
+    drop_schema(schema)
+
+
+@pytest.mark.benchmark(group="fleet-poll")
+@pytest.mark.parametrize("mode", ["every question", "fast", "slow"])
+def test_fleet_poll_1m_rows_postgres(benchmark, fleet_store: Any, mode: str) -> None:
+    """One poll of the fleet view at a million rows. `fast` (every second): kept counts,
+    RUNNING tasks, beats, and only the live batch's counts; `slow` (every 5 s): the list of
+    batches and every batch's counts too; `every question`: what each poll asked before
+    the polls remembered the settled batches (the list and every batch's counts, always)."""
+    from tui.fleet import BatchMemory, poll_store
+
+    memory = BatchMemory()
+    poll_store(fleet_store, 2e9, True, memory)
+
+    def poll() -> Any:
+        if mode == "every question":  # forget the list and the counts, keep the p99s
+            memory.ids, memory.counts = None, {}
+        return poll_store(fleet_store, 2e9, mode == "slow", memory)
+
+    sample = benchmark.pedantic(poll, rounds=5, iterations=1, warmup_rounds=1)
+    assert sample.counts["SUCCESS"] == FLEET_ROWS and sample.counts["RUNNING"] == 8
+    assert [w.busy for w in sample.workers or ()] == [8]

@@ -8,7 +8,9 @@ Nothing here reads a clock: the time of a poll is an argument.
 
 What the store can tell, and how it is read:
 
-* counts by state, per batch, and the RUNNING tasks: every poll (cheap, indexed);
+* counts by state and the RUNNING tasks: every poll (kept counts, a partial index);
+* per batch: the list and the counts of settled batches every `SLOW_POLL_S`, the counts of
+  live batches every poll (`BatchMemory`: each reads the batch's rows through its index);
 * the worker view, every poll: what each worker process says of itself in its beat (the
   workers table: threads, busy, stuck, attempts it ended and those that failed, when it last
   beat) and what it holds now (the RUNNING tasks above, by `worker_id` `host:pid` or
@@ -184,17 +186,45 @@ class P99Cache:
         return value
 
 
+class BatchMemory:
+    """What the polls learned of the batches, so a fast poll asks only what can move.
+
+    The list of batches and a batch's counts read its rows (through the batch index: 0.15 s
+    and 0.1 s per 333k-row batch at a million rows on PostgreSQL), so a fast poll re-counts
+    only the batches that were live (PENDING or RUNNING tasks) when last counted and reuses
+    the list; a slow poll asks everything again. A settled batch that comes back (a task
+    added to it) shows its old counts until the next slow poll.
+    """
+
+    def __init__(self) -> None:
+        self.ids: list[str] | None = None
+        self.counts: dict[str, dict[str, int]] = {}
+        self.p99 = P99Cache()
+
+    def batch_ids(self, store: FleetReads, slow: bool) -> list[str]:
+        if slow or self.ids is None:
+            self.ids = store.batch_ids()
+        return self.ids
+
+    def counts_of(self, store: FleetReads, batch: str, slow: bool) -> dict[str, int]:
+        known = self.counts.get(batch)
+        if slow or known is None or known.get("PENDING", 0) or known.get("RUNNING", 0):
+            known = self.counts[batch] = _by_name(store.counts(batch))
+        return known
+
+
 def poll_store(store: FleetReads, now: float, slow: bool = True,
-               p99: P99Cache | None = None) -> FleetSample:
+               memory: BatchMemory | None = None) -> FleetSample:
     """Ask the store what the fleet is doing (read-only queries only; may raise StoreError).
-    `slow`: also the p99 of batches whose ended count moved."""
+    `slow`: also the list of batches, the settled batches' counts and the p99 of batches
+    whose ended count moved (`BatchMemory`)."""
     counts = _by_name(store.counts())
-    p99 = p99 or P99Cache()
+    memory = memory or BatchMemory()
     batches = []
-    for b in store.batch_ids():
-        per = _by_name(store.counts(b))
+    for b in memory.batch_ids(store, slow):
+        per = memory.counts_of(store, b, slow)
         ended = sum(per.get(s, 0) for s in ("SUCCESS", "FAILED", "TIMEOUT"))
-        batches.append(BatchRow(b, per, p99.get(store, b, ended, slow)))
+        batches.append(BatchRow(b, per, memory.p99.get(store, b, ended, slow)))
     running = tuple(
         RunningTask(t.task_id, t.kind, t.batch_id, t.trace_id, t.worker_id, t.started_at,
                     t.retry_count + 1, t.heartbeat_at)

@@ -24,10 +24,10 @@ from textual.message import Message
 from taskfuse.store import describe_error, redact_url
 from tui.fleet import (
     SLOW_POLL_S,
+    BatchMemory,
     FleetModel,
     FleetReads,
     FleetSample,
-    P99Cache,
     Watched,
     poll_store,
 )
@@ -118,7 +118,7 @@ class FleetApp(App[int]):
         self._idle = asyncio.Event()
         self._idle.set()
         self._poller = Poller("taskfuse-fleet-poll")
-        self._p99 = P99Cache()
+        self._batches = BatchMemory()
         self._last_slow: float | None = None
 
     def on_mount(self) -> None:
@@ -169,7 +169,7 @@ class FleetApp(App[int]):
     def _poll(self, now: float, slow: bool, watched: str | None) -> None:
         """On the poller thread."""
         try:
-            sample = poll_store(self.store, now, slow, self._p99)
+            sample = poll_store(self.store, now, slow, self._batches)
             found = self.store.find(watched) if watched is not None else None
             self.post_message(FleetPolled(sample, found))
         except Exception as exc:  # a store outage is shown, never raised into the UI

@@ -18,6 +18,7 @@ from tests.store.backends import ALL_STORES
 from tests.tui.fleetgen import NOW, PROCESSES, THREADS, fill_fleet
 from tui.fleet import (
     LIVE_S,
+    BatchMemory,
     P99Cache,
     RunningTask,
     Watched,
@@ -121,6 +122,42 @@ def test_a_runners_beat_counts_what_its_attempts_did(tmp_path: Path) -> None:
     (row,) = poll_store(store, time.time()).workers or ()
     assert (row.process, row.threads, row.busy, row.done, row.errors) == ("host:7", 0, 0, 6, 2)
     store.close()
+
+
+def test_a_fast_poll_recounts_only_the_live_batches() -> None:
+    """The list of batches and a settled batch's counts read its rows: a fast poll reuses
+    them, and counts again only batches with tasks PENDING or RUNNING; a slow poll asks all."""
+    from taskfuse.store.memory import MemoryStore
+
+    store = MemoryStore()
+    fill_fleet(store)  # nightly: all ended; skus: running; backfill: queued
+    asked: list[str] = []
+
+    class Counting:
+        """The store, with every question about batches written down."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(store, name)
+
+        def batch_ids(self) -> list[str]:
+            asked.append("ids")
+            return store.batch_ids()
+
+        def counts(self, batch_id: str | None = None) -> object:
+            if batch_id is not None:
+                asked.append(batch_id)
+            return store.counts(batch_id)
+
+    memory = BatchMemory()
+    first = poll_store(Counting(), NOW, slow=False, memory=memory)  # nothing known: all
+    assert asked == ["ids", "nightly", "skus", "backfill"]
+    asked.clear()
+    fast = poll_store(Counting(), NOW + 1, slow=False, memory=memory)
+    assert asked == ["skus", "backfill"]
+    assert fast.batches == first.batches
+    asked.clear()
+    poll_store(Counting(), NOW + 5, slow=True, memory=memory)
+    assert asked == ["ids", "nightly", "skus", "backfill"]
 
 
 def test_p99_is_asked_again_only_when_a_batch_ended_more_tasks() -> None:
