@@ -547,16 +547,30 @@ def _print_workers(workers: list[Any]) -> None:
         return
     now = time.time()
     print()
-    head = ["WORKER", "THREADS", "BUSY", "STUCK", "BEAT"]
+    head = ["WORKER", "THREADS", "BUSY", "STUCK", "DONE", "ERRORS", "BEAT"]
     lines = []
     for w in workers:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(w.stuck_kinds.items()))
         lines.append([w.worker_id, str(w.threads), str(w.busy),
-                      f"{w.stuck} ({kinds})" if w.stuck else "0",
-                      f"{max(0.0, now - w.beat_at):.0f}s ago"])
-    widths = [max(len(x) for x in col) for col in zip(head, *lines, strict=True)]
-    for line in [head, *lines]:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+                      f"{w.stuck} ({kinds})" if w.stuck else "0", str(w.completed),
+                      str(w.failed), f"{max(0.0, now - w.beat_at):.0f}s ago"])
+    _print_columns(head, lines, left=1)
+
+
+def _print_columns(head: list[str], lines: list[list[str]], left: int) -> None:
+    """Plain columns from rich: the first `left` aligned left, the rest (numbers) right.
+    As wide as the cells need whatever the terminal: rich takes a pipe for 80 columns and
+    would cut a cell that a script reading the output needs whole."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for i, name in enumerate(head):
+        table.add_column(name, justify="left" if i < left else "right", no_wrap=True)
+    for line in lines:
+        table.add_row(*line)
+    width = sum(max(len(c) for c in col) + 2 for col in zip(head, *lines, strict=True))
+    Console(width=max(width, 80), highlight=False).print(table)
 
 
 def _caller_trace_id(text: str | None) -> str | None:
@@ -597,11 +611,7 @@ def _print_table(rows: list[dict[str, Any]], total: dict[str, int] | None) -> No
     if total is not None:
         lines.append(["(all tasks)", "", "", str(sum(total.values())),
                       *(str(total[s.value]) for s in STATUS_ORDER)])
-    widths = [max(len(x) for x in col) for col in zip(head, *lines, strict=True)]
-    for line in [head, *lines]:
-        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in
-                 enumerate(zip(line, widths, strict=True))]
-        print("  ".join(cells).rstrip())
+    _print_columns(head, lines, left=2)
 
 
 # -- cancel --------------------------------------------------------------------------------

@@ -74,6 +74,28 @@ def test_submit_work_status_inspect(capsys, db, tmp_path) -> None:
     assert code == 0 and json.loads(out)["tasks"][0]["status"] == "SUCCESS"
 
 
+def test_status_lists_each_running_worker_with_what_it_did(capsys, db) -> None:
+    """What a worker says of itself in its beat, one line each; a stopped one is left out;
+    a long worker id is printed whole, whatever the width of the output."""
+    from taskfuse.core.storeapi import WorkerBeat
+
+    long_id = "worker-7.batch-fleet.prod.eu-west-1.internal.example.com:48213"
+    store = open_store(db)
+    try:
+        store.beat_worker(WorkerBeat(long_id, "app", 8, 3, 1, {"sync": 1}, 120, 117, 2,
+                                     time.time() - 60, time.time() - 2, failed=9))
+        store.beat_worker(WorkerBeat("gone:1", "app", 4, 0, 0, {}, 5, 5, 0, 0.0, 1.0,
+                                     stopped=True))
+    finally:
+        store.close()
+    code, out, _ = run(capsys, "status", "--store", db)
+    assert code == 0
+    head, line = out.splitlines()[-2:]
+    assert head.split() == ["WORKER", "THREADS", "BUSY", "STUCK", "DONE", "ERRORS", "BEAT"]
+    assert line.split() == [long_id, "8", "3", "1", "(sync", "1)", "117", "9", "2s", "ago"]
+    assert "gone:1" not in out
+
+
 def test_status_table_shows_batches_with_caps(capsys, db) -> None:
     for i in range(3):
         submit(capsys, db, "echo", "--batch", "skus", "--cap", "2", "--payload", str(i))
