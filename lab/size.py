@@ -54,6 +54,7 @@ from lab.sweep import (
     summarize,
 )
 from taskfuse.limits.schema import Limits
+from taskfuse.textable import columns
 
 Index = tuple[int, ...]
 
@@ -395,9 +396,7 @@ def _verdict(j: Judged) -> str:
 
 
 def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in rows]
+    return columns(rows[0], rows[1:])
 
 
 def _spread(s: Stat) -> str:

@@ -49,6 +49,7 @@ from lab.scenario import (
     self_contained,
 )
 from taskfuse.configfile import located, parse_document
+from taskfuse.textable import columns
 
 Point = tuple[Any, ...]
 Report = dict[str, Any]
@@ -631,9 +632,7 @@ def render_table(plan: Plan, rows: Sequence[Row], metrics: Sequence[str]) -> str
     head = [*plan.keys, *metrics]
     body = [[show_value(v) for v in row.point] + [fmt_stat(row.stats[m]) for m in metrics]
             for row in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(head, *body, strict=True)]
-    lines = ["  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True))
-             for r in [head, *body]]
+    lines = columns(head, body, "right")
     seeds = plan.seeds
     which = f"seeds ({seeds[0]}..{seeds[-1]})" if len(seeds) > 1 else f"seed ({seeds[0]})"
     note = (f"{len(rows)} points x {len(seeds)} {which}; mean ±95 % confidence interval "

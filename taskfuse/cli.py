@@ -48,6 +48,7 @@ from taskfuse.limits.schema import Limits
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 from taskfuse.store import describe_error, open_store, redact_text, redact_url
+from taskfuse.textable import columns
 
 if TYPE_CHECKING:
     from taskfuse.observe.prometheus import MetricsServer
@@ -554,23 +555,9 @@ def _print_workers(workers: list[Any]) -> None:
         lines.append([w.worker_id, str(w.threads), str(w.busy),
                       f"{w.stuck} ({kinds})" if w.stuck else "0", str(w.completed),
                       str(w.failed), f"{max(0.0, now - w.beat_at):.0f}s ago"])
-    _print_columns(head, lines, left=1)
+    print("\n".join(columns(head, lines, ["left", *["right"] * (len(head) - 1)])))
 
 
-def _print_columns(head: list[str], lines: list[list[str]], left: int) -> None:
-    """Plain columns from rich: the first `left` aligned left, the rest (numbers) right.
-    As wide as the cells need whatever the terminal: rich takes a pipe for 80 columns and
-    would cut a cell that a script reading the output needs whole."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for i, name in enumerate(head):
-        table.add_column(name, justify="left" if i < left else "right", no_wrap=True)
-    for line in lines:
-        table.add_row(*line)
-    width = sum(max(len(c) for c in col) + 2 for col in zip(head, *lines, strict=True))
-    Console(width=max(width, 80), highlight=False).print(table)
 
 
 def _caller_trace_id(text: str | None) -> str | None:
@@ -611,7 +598,7 @@ def _print_table(rows: list[dict[str, Any]], total: dict[str, int] | None) -> No
     if total is not None:
         lines.append(["(all tasks)", "", "", str(sum(total.values())),
                       *(str(total[s.value]) for s in STATUS_ORDER)])
-    _print_columns(head, lines, left=2)
+    print("\n".join(columns(head, lines, ["left", "left", *["right"] * (len(head) - 2)])))
 
 
 # -- cancel --------------------------------------------------------------------------------
