@@ -373,13 +373,15 @@ def _install_stop_handlers(first: Callable[[str], None]) -> Callable[[], None]:
 
 
 @contextmanager
-def _logging(args: argparse.Namespace) -> Iterator[None]:
+def _logging(args: argparse.Namespace, capture_stdout: bool = False) -> Iterator[None]:
     """While a long-running command (worker, sweep) runs, every line the process prints goes
     to stderr in one format, text or --log-json, credentials masked: ours, the libraries'
-    (psycopg), warnings and exceptions that end a thread (`logs.process_logging`). The
-    command owns the process; the library alone (`logs.configure`) touches none of this."""
+    (psycopg), warnings and exceptions that end a thread (`logs.process_logging`), and with
+    `capture_stdout` (the worker) what its tasks print. The command owns the process; the
+    library alone (`logs.configure`) touches none of this."""
     level = logging.DEBUG if args.verbose else logging.INFO
-    with logs.process_logging(level, bool(getattr(args, "log_json", False))):
+    with logs.process_logging(level, bool(getattr(args, "log_json", False)),
+                              capture_stdout=capture_stdout):
         yield
 
 
@@ -417,7 +419,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         signals.append(name)
         stop.set()
 
-    with _logging(args), opened_store(args.store) as store:
+    with _logging(args, capture_stdout=True), opened_store(args.store) as store:
         runner = Runner(app, store, workers=workers, worker_id=args.worker_id,
                         trace=args.trace, trace_interval_s=args.trace_interval)
         server = _serve_metrics(runner, args)

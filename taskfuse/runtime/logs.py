@@ -18,6 +18,9 @@ Two ways in, for two owners:
   Python can only ignore (``sys.unraisablehook``: a failing ``__del__``) is logged with its
   traceback; and a record that cannot be formatted becomes one line saying so, where the
   logging module would print a multi-line report. Everything is restored when it ends.
+  With `capture_stdout` (``taskfuse worker``) what task code prints becomes records too
+  (`PrintedLines`): a line printed by a task is a record of that task's logger, stamped with
+  its trace_id and task_id, as Celery's workers redirect their tasks' stdout.
 
 In JSON every record is one line (newlines inside a message or a traceback are escaped).
 In text a record starts with its time and level on one line, its message folded into it,
@@ -26,6 +29,7 @@ and a traceback follows on lines indented by four spaces.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -179,16 +183,86 @@ def route_python_output() -> None:
     sys.unraisablehook = _log_unraisable
 
 
+#: Where a line printed outside any task goes, while stdout is captured.
+PRINT_LOGGER = "taskfuse.print"
+#: The logger of the task this thread runs now (`task_output`).
+_current = threading.local()
+
+
+@contextmanager
+def task_output(logger: logging.Logger | logging.LoggerAdapter[Any]) -> Iterator[None]:
+    """While a task function runs on this thread, what it prints is a record of `logger`
+    (when stdout is captured: `PrintedLines`; otherwise this only sets a thread local)."""
+    previous = getattr(_current, "logger", None)
+    _current.logger = logger
+    try:
+        yield
+    finally:
+        out = sys.stdout
+        if isinstance(out, PrintedLines):
+            out.end_line()  # a last line without its newline is still the task's
+        _current.logger = previous
+
+
+class PrintedLines(io.TextIOBase):
+    """sys.stdout while a worker runs tasks: each line printed (print(), a library writing
+    to stdout) becomes an INFO record of the task's logger, or of ``taskfuse.print`` outside
+    a task, so the worker's log stays in one format and every line says which task printed
+    it. Each thread keeps its own partial line. `raw` is the stdout it stands for: its file
+    descriptor is what a child process inherits, and a record that would print to stdout
+    itself goes there instead of looping."""
+
+    def __init__(self, raw: IO[str]) -> None:
+        super().__init__()
+        self.raw = raw
+        self._local = threading.local()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def write(self, s: str) -> int:
+        local = self._local
+        if getattr(local, "emitting", False):  # a handler writing to stdout: no loop
+            return self.raw.write(s)
+        *lines, local.text = (getattr(local, "text", "") + s).split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(s)
+
+    def end_line(self) -> None:
+        """Emit this thread's unfinished line, if any."""
+        text = getattr(self._local, "text", "")
+        if text:
+            self._local.text = ""
+            self._emit(text)
+
+    def _emit(self, line: str) -> None:
+        logger = getattr(_current, "logger", None) or logging.getLogger(PRINT_LOGGER)
+        self._local.emitting = True
+        try:
+            logger.info("%s", line.rstrip("\r"))
+        finally:
+            self._local.emitting = False
+
+
 #: The formatter of the process's logging while `process_logging` runs (for `line`).
 _active: list[logging.Formatter] = []
 
 
 @contextmanager
 def process_logging(
-    level: int = logging.INFO, json_lines: bool = False, stream: IO[str] | None = None
+    level: int = logging.INFO, json_lines: bool = False, stream: IO[str] | None = None,
+    capture_stdout: bool = False,
 ) -> Iterator[logging.Handler]:
     """Own the process's logging while a command runs (see the module doc); yields the
-    handler. `level` is the ``taskfuse`` loggers'; libraries log at WARNING and above."""
+    handler. `level` is the ``taskfuse`` loggers'; libraries log at WARNING and above.
+    `capture_stdout`: what is printed becomes records (`PrintedLines`)."""
     handler = LineHandler(stream or sys.stderr)
     fmt = formatter(json_lines)
     handler.setFormatter(fmt)
@@ -199,9 +273,15 @@ def process_logging(
     ours.setLevel(level)
     route_python_output()
     _active.append(fmt)
+    stdout = sys.stdout
+    if capture_stdout:
+        sys.stdout = PrintedLines(stdout)
     try:
         yield handler
     finally:
+        if sys.stdout is not stdout and isinstance(sys.stdout, PrintedLines):
+            sys.stdout.end_line()
+            sys.stdout = stdout
         _active.remove(fmt)
         logging.captureWarnings(False)
         root.removeHandler(handler)

@@ -46,6 +46,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -63,6 +64,7 @@ from taskfuse.runtime.errors import (
     TaskError,
     outcome_of,
 )
+from taskfuse.runtime.logs import PrintedLines
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -186,6 +188,7 @@ class ProcessPool:
                                task.batch_id, ctx.deadline, task.worker_id),
             (logging.getLogger().getEffectiveLevel(),
              logging.getLogger("taskfuse").getEffectiveLevel()),
+            isinstance(sys.stdout, PrintedLines),
         )
         if ctx.stopped:  # canceled between the claim and now: no process to spend
             return Outcome.failure(ErrorKind.CANCELED, "stopped before it started")

@@ -62,7 +62,7 @@ from taskfuse.runtime.errors import (
     TaskCanceled,
     attempt_failure,
 )
-from taskfuse.runtime.logs import route_python_output
+from taskfuse.runtime.logs import PrintedLines, route_python_output, task_output
 
 #: How payloads and results cross: JSON (portable, the store keeps JSON anyway) or pickle.
 SERIALIZERS = ("json", "pickle")
@@ -105,6 +105,7 @@ class Job(NamedTuple):
     payload: str | bytes
     attempt: Attempt
     levels: tuple[int, int]  # effective levels of the worker's root and "taskfuse" loggers
+    prints: bool = False  # the worker's stdout is captured: so is what the task prints
 
 
 # -- the pipe ------------------------------------------------------------------------------
@@ -422,8 +423,11 @@ def run(link: Link, job: Job, functions: dict[str, Callable[..., Any]]) -> tuple
         return _refused(ctx, PAYLOAD_UNSERIALIZABLE,
                         f"the payload cannot be read as {job.serializer} in the task "
                         f"process: {exc}")
+    if job.prints and not isinstance(sys.stdout, PrintedLines):
+        sys.stdout = PrintedLines(sys.stdout)
     try:
-        result = fn(ctx, ctx.payload)
+        with task_output(ctx.logger):
+            result = fn(ctx, ctx.payload)
     except Exception as exc:
         outcome = attempt_failure(ctx.logger, exc)
         return ("done", False, outcome.error_kind, outcome.error_msg)

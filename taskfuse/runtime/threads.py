@@ -73,6 +73,7 @@ from taskfuse.runtime.calls import REAL_WAITS, CallClient, Waits
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.errors import RESULT_ERROR, attempt_failure
 from taskfuse.runtime.fleet import FleetLimits
+from taskfuse.runtime.logs import task_output
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import ProcessPool
 from taskfuse.store import StoreError, StoreUnavailable, bounded
@@ -697,7 +698,8 @@ class Runner:
             definition = self.app.definition(task.kind)
             if definition.executor == "process":
                 return self.procs.run(ctx, definition)
-            return Outcome.success(definition.fn(ctx, task.payload))
+            with task_output(ctx.logger):
+                return Outcome.success(definition.fn(ctx, task.payload))
         except Exception as exc:
             return attempt_failure(ctx.logger, exc)
 

@@ -80,3 +80,37 @@ def test_a_worker_that_cannot_start_says_so_in_one_json_line(capsys) -> None:
     record = json.loads(err)
     assert record["level"] == "ERROR" and "unknown store URL scheme" in record["msg"]
     assert "Hunter2" not in err
+
+
+def test_printed_lines_are_records_of_the_task_that_printed_them() -> None:
+    """Two threads print halves of lines in turn: each line is whole, under its own task's
+    logger; a line printed outside a task is a record of taskfuse.print; stdout comes back."""
+    stream = io.StringIO()
+    stdout = sys.stdout
+    first_half, second_half = threading.Barrier(2), threading.Barrier(2)
+
+    def task(name: str) -> None:
+        logger = logging.LoggerAdapter(logging.getLogger(f"taskfuse.task.{name}"),
+                                       {"task_id": name})
+        with logs.task_output(logger):
+            print(f"{name} starts ", end="")
+            first_half.wait()
+            print(f"and {name} ends")
+            second_half.wait()
+            print(f"{name} leaves no newline", end="")
+
+    with logs.process_logging(logging.INFO, True, stream, capture_stdout=True):
+        assert isinstance(sys.stdout, logs.PrintedLines)
+        threads = [threading.Thread(target=task, args=(n,)) for n in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("outside any task")
+    assert sys.stdout is stdout
+    got = {(r.get("task_id"), r["logger"], r["msg"])
+           for r in map(json.loads, stream.getvalue().splitlines())}
+    for n in ("a", "b"):
+        assert (n, f"taskfuse.task.{n}", f"{n} starts and {n} ends") in got
+        assert (n, f"taskfuse.task.{n}", f"{n} leaves no newline") in got
+    assert (None, "taskfuse.print", "outside any task") in got
