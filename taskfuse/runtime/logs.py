@@ -185,23 +185,32 @@ def route_python_output() -> None:
 
 #: Where a line printed outside any task goes, while stdout is captured.
 PRINT_LOGGER = "taskfuse.print"
-#: The logger of the task this thread runs now (`task_output`).
+#: The attempt this thread runs now (`TaskOutput`): its context, whose `logger` is made
+#: only when it is first asked for.
 _current = threading.local()
 
 
-@contextmanager
-def task_output(logger: logging.Logger | logging.LoggerAdapter[Any]) -> Iterator[None]:
-    """While a task function runs on this thread, what it prints is a record of `logger`
-    (when stdout is captured: `PrintedLines`; otherwise this only sets a thread local)."""
-    previous = getattr(_current, "logger", None)
-    _current.logger = logger
-    try:
-        yield
-    finally:
+class TaskOutput:
+    """While a task function runs on this thread, what it prints is a record of
+    `owner.logger` (the task's context: its logger is only made if the task prints). When
+    stdout is not captured (`PrintedLines`) this only sets a thread local: it runs around
+    every attempt."""
+
+    __slots__ = ("_owner", "_previous")
+
+    def __init__(self, owner: Any) -> None:
+        self._owner = owner
+        self._previous: Any = None
+
+    def __enter__(self) -> None:
+        self._previous = getattr(_current, "owner", None)
+        _current.owner = self._owner
+
+    def __exit__(self, *exc: object) -> None:
         out = sys.stdout
         if isinstance(out, PrintedLines):
             out.end_line()  # a last line without its newline is still the task's
-        _current.logger = previous
+        _current.owner = self._previous
 
 
 class PrintedLines(io.TextIOBase):
@@ -243,7 +252,8 @@ class PrintedLines(io.TextIOBase):
             self._emit(text)
 
     def _emit(self, line: str) -> None:
-        logger = getattr(_current, "logger", None) or logging.getLogger(PRINT_LOGGER)
+        owner = getattr(_current, "owner", None)
+        logger = owner.logger if owner is not None else logging.getLogger(PRINT_LOGGER)
         self._local.emitting = True
         try:
             logger.info("%s", line.rstrip("\r"))

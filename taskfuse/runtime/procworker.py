@@ -62,7 +62,7 @@ from taskfuse.runtime.errors import (
     TaskCanceled,
     attempt_failure,
 )
-from taskfuse.runtime.logs import PrintedLines, route_python_output, task_output
+from taskfuse.runtime.logs import PrintedLines, TaskOutput, route_python_output
 
 #: How payloads and results cross: JSON (portable, the store keeps JSON anyway) or pickle.
 SERIALIZERS = ("json", "pickle")
@@ -426,7 +426,7 @@ def run(link: Link, job: Job, functions: dict[str, Callable[..., Any]]) -> tuple
     if job.prints and not isinstance(sys.stdout, PrintedLines):
         sys.stdout = PrintedLines(sys.stdout)
     try:
-        with task_output(ctx.logger):
+        with TaskOutput(ctx):
             result = fn(ctx, ctx.payload)
     except Exception as exc:
         outcome = attempt_failure(ctx.logger, exc)

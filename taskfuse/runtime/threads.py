@@ -73,7 +73,7 @@ from taskfuse.runtime.calls import REAL_WAITS, CallClient, Waits
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.errors import RESULT_ERROR, attempt_failure
 from taskfuse.runtime.fleet import FleetLimits
-from taskfuse.runtime.logs import task_output
+from taskfuse.runtime.logs import TaskOutput
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import ProcessPool
 from taskfuse.store import StoreError, StoreUnavailable, bounded
@@ -698,7 +698,7 @@ class Runner:
             definition = self.app.definition(task.kind)
             if definition.executor == "process":
                 return self.procs.run(ctx, definition)
-            with task_output(ctx.logger):
+            with TaskOutput(ctx):
                 return Outcome.success(definition.fn(ctx, task.payload))
         except Exception as exc:
             return attempt_failure(ctx.logger, exc)

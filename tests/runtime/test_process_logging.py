@@ -90,9 +90,11 @@ def test_printed_lines_are_records_of_the_task_that_printed_them() -> None:
     first_half, second_half = threading.Barrier(2), threading.Barrier(2)
 
     def task(name: str) -> None:
-        logger = logging.LoggerAdapter(logging.getLogger(f"taskfuse.task.{name}"),
-                                       {"task_id": name})
-        with logs.task_output(logger):
+        class Ctx:
+            logger = logging.LoggerAdapter(logging.getLogger(f"taskfuse.task.{name}"),
+                                           {"task_id": name})
+
+        with logs.TaskOutput(Ctx()):
             print(f"{name} starts ", end="")
             first_half.wait()
             print(f"and {name} ends")
