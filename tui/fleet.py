@@ -10,7 +10,8 @@ What the store can tell, and how it is read:
 
 * counts by state and the RUNNING tasks: every poll (kept counts, a partial index);
 * per batch: the list and the counts of settled batches every `SLOW_POLL_S`, the counts of
-  live batches every poll (`BatchMemory`: each reads the batch's rows through its index);
+  live batches every poll (`BatchMemory`; kept counts too, but a watcher of a schema from
+  before them reads each batch's rows);
 * the worker view, every poll: what each worker process says of itself in its beat (the
   workers table: threads, busy, stuck, attempts it ended and those that failed, when it last
   beat) and what it holds now (the RUNNING tasks above, by `worker_id` `host:pid` or
@@ -189,11 +190,12 @@ class P99Cache:
 class BatchMemory:
     """What the polls learned of the batches, so a fast poll asks only what can move.
 
-    The list of batches and a batch's counts read its rows (through the batch index: 0.15 s
-    and 0.1 s per 333k-row batch at a million rows on PostgreSQL), so a fast poll re-counts
-    only the batches that were live (PENDING or RUNNING tasks) when last counted and reuses
-    the list; a slow poll asks everything again. A settled batch that comes back (a task
-    added to it) shows its old counts until the next slow poll.
+    A fast poll re-counts only the batches that were live (PENDING or RUNNING tasks) when
+    last counted and reuses the list; a slow poll asks everything again. A settled batch
+    that comes back (a task added to it) shows its old counts until the next slow poll.
+    The stores keep counts by batch, but a schema from before them (a watcher never
+    migrates) reads the batch's rows (0.15 s for the list and 0.1 s per 333k-row batch at
+    a million rows on PostgreSQL), and a poll of every second must not pay that.
     """
 
     def __init__(self) -> None:

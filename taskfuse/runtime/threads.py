@@ -453,8 +453,8 @@ class Runner:
         return self.store.get(task_id)  # type: ignore[no-any-return]
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
-        """Tasks per status in the store (of one batch, or of all): reads every row of a
-        database; `join` and the runner itself ask the cheaper `Scheduler.settled`."""
+        """Tasks per status in the store (of one batch, or of all), from the counts the
+        store keeps; `join` and the runner itself ask `Scheduler.settled`."""
         return self.store.counts(batch_id)  # type: ignore[no-any-return]
 
     def join(self, timeout: float | None = None, batch_id: str | None = None) -> bool:

@@ -88,6 +88,7 @@ _CAPPED_TTL_S = 1.0
 _BULK_ROWS = 1000
 #: The migration from which the schema keeps its counts by status (task_counts).
 _KEPT_COUNTS = 5
+_KEPT_BATCH_COUNTS = 6
 
 
 def _claim_move() -> tuple[str, int]:
@@ -305,11 +306,13 @@ class PostgresStore(NamedQueryReads):
         self._capped = True
         self._capped_until = 0.0
         self.read_only = read_only
-        #: Whether the schema keeps counts by status (migration 5); a watcher may find an
-        #: older one, which it never migrates.
-        self._kept_counts = True
+        #: Whether the schema keeps counts by status (migration 5) and by batch (6); a
+        #: watcher may find an older one, which it never migrates.
+        self._kept_counts = self._kept_batch_counts = True
         if read_only:
-            self._kept_counts = self._on_own_connection(self._check_schema) >= _KEPT_COUNTS
+            version = self._on_own_connection(self._check_schema)
+            self._kept_counts = version >= _KEPT_COUNTS
+            self._kept_batch_counts = version >= _KEPT_BATCH_COUNTS
         else:
             self._on_own_connection(self._migrate)
         self.pool = ConnectionPool(
@@ -679,7 +682,7 @@ class PostgresStore(NamedQueryReads):
                   "beat_at": beat.beat_at}
         def op(conn: psycopg.Connection[Any], _: bool) -> None:
             conn.execute(Q["beat_worker"], params)
-            conn.execute(Q["fold_counts"])  # every worker beats: the deltas stay short
+            self._fold(conn)  # every worker beats: the deltas stay short
 
         self._run(op)
 
@@ -848,17 +851,17 @@ class PostgresStore(NamedQueryReads):
         return self._run(op)
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
-        """By status: the kept totals (a few rows) for the whole table, the batch's rows
-        through its index for one batch."""
+        """By status, from the kept totals (a few rows), of the whole table or one batch."""
         def op(conn: psycopg.Connection[Any], _: bool) -> dict[TaskStatus, int]:
             if batch_id is None and not self._kept_counts:
                 rows = conn.execute(Q["counts_scan"]).fetchall()
             elif batch_id is None:
                 if not self.read_only:
-                    conn.execute(Q["fold_counts"])
+                    self._fold(conn)
                 rows = conn.execute(Q["counts"]).fetchall()
             else:
-                rows = conn.execute(Q["counts_batch"], {"batch_id": batch_id}).fetchall()
+                query = "counts_batch" if self._kept_batch_counts else "counts_batch_scan"
+                rows = conn.execute(Q[query], {"batch_id": batch_id}).fetchall()
             out = dict.fromkeys(TaskStatus, 0)
             for status, n in rows:
                 out[_STATUS[status]] = n
@@ -874,7 +877,15 @@ class PostgresStore(NamedQueryReads):
         return self._run(op)
 
     def batch_ids(self) -> list[str]:
-        return self._run(lambda c, _: [r[0] for r in c.execute(Q["batch_ids"])])
+        query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"
+        return self._run(lambda c, _: [r[0] for r in c.execute(Q[query])])
+
+    @staticmethod
+    def _fold(conn: psycopg.Connection[Any]) -> None:
+        """Move the kept counts' deltas into their totals, by status, then by batch: each
+        statement its own transaction, each taking its rows in one order (no deadlock)."""
+        conn.execute(Q["fold_counts"])
+        conn.execute(Q["fold_batch_counts"])
 
     def batch_tasks(
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None

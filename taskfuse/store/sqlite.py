@@ -72,6 +72,7 @@ _VALUE = VALUE_OF
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: The migration from which the file keeps its counts by status (sqlite_0004_task_counts).
 _KEPT_COUNTS = 4
+_KEPT_BATCH_COUNTS = 5
 #: The largest page cache a connection may ask for (a typo of a few zeros must not reach
 #: SQLite as a size it tries to honour).
 _MAX_CACHE_MB = 65_536
@@ -192,8 +193,11 @@ class SQLiteStore(NamedQueryReads):
             self._check_schema()
         else:
             self._migrate()
-        #: Counts by status kept in a table (migration 4); a watcher of an older file counts.
-        self._kept_counts = self.schema_version() >= _KEPT_COUNTS
+        #: Counts by status kept in a table (migration 4), by batch too (migration 5); a
+        #: watcher of an older file counts.
+        version = self.schema_version()
+        self._kept_counts = version >= _KEPT_COUNTS
+        self._kept_batch_counts = version >= _KEPT_BATCH_COUNTS
 
     @classmethod
     def from_url(cls, url: str, read_only: bool = False) -> SQLiteStore:
@@ -657,13 +661,13 @@ class SQLiteStore(NamedQueryReads):
         return None if row is None else _row_to_task(row)
 
     def counts(self, batch_id: str | None = None) -> dict[TaskStatus, int]:
-        """By status: the kept totals (a few rows) for the whole table, the batch's rows
-        through its index for one batch."""
+        """By status, from the kept totals (a few rows), of the whole table or one batch."""
         out = dict.fromkeys(TaskStatus, 0)
         if batch_id is None:
             rows = self._conn().execute(Q["counts" if self._kept_counts else "counts_scan"])
         else:
-            rows = self._conn().execute(Q["counts_batch"], {"batch_id": batch_id})
+            query = "counts_batch" if self._kept_batch_counts else "counts_batch_scan"
+            rows = self._conn().execute(Q[query], {"batch_id": batch_id})
         for status, n in rows:
             out[_STATUS[status]] = n
         return out
@@ -675,7 +679,8 @@ class SQLiteStore(NamedQueryReads):
         return Batch(row[0], row[1], row[2], loads(row[3]))
 
     def batch_ids(self) -> list[str]:
-        return [r[0] for r in self._conn().execute(Q["batch_ids"])]
+        query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"
+        return [r[0] for r in self._conn().execute(Q[query])]
 
     def batch_tasks(
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None

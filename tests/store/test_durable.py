@@ -110,11 +110,11 @@ def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
             t.join()
         assert not errors, errors
         versions = {s.schema_version() for s in opened}
-        assert versions == {5}  # tasks, fleet limits, workers, pending_since, task counts
+        assert versions == {6}  # tasks, fleet limits, workers, pending_since, counts
         rows = opened[0]._run(lambda c, _: c.execute(
             "SELECT version, name FROM taskfuse_migrations ORDER BY version").fetchall())
         assert rows == [(1, "tasks"), (2, "fleet_limits"), (3, "workers"),
-                        (4, "pending_since"), (5, "task_counts")]
+                        (4, "pending_since"), (5, "task_counts"), (6, "batch_counts")]
     finally:
         for s in opened:
             s.close()
@@ -159,7 +159,7 @@ def test_a_session_ended_while_opening_is_opened_again_and_migrates_once() -> No
         (store,) = opened
         rows = store._run(lambda c, _: c.execute(
             "SELECT version FROM taskfuse_migrations ORDER BY version").fetchall())
-        assert [v for (v,) in rows] == [1, 2, 3, 4, 5]
+        assert [v for (v,) in rows] == [1, 2, 3, 4, 5, 6]
     finally:
         for s in opened:
             s.close()

@@ -1,16 +1,22 @@
-"""PostgreSQL keeps its counts by status (migration 5): exact against a count of every row,
-under concurrent writers and folders, across the migration of a table that already holds
-rows, and for a watcher of a schema from before it."""
+"""PostgreSQL keeps its counts by status (migration 5) and by batch (6): exact against a
+count of every row under concurrent writers and folders, across the migrations of a table
+that already holds rows, and for a watcher of a schema from before them."""
 
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.store.sql import migrations
 from tests.store.backends import PG_URL, drop_schema, need_pg, new_schema, pg_url
-from tests.store.counts_load import assert_migrated_counts, drain_while_counting
+from tests.store.counts_load import (
+    SEEDED_BATCH_SQL,
+    assert_kept_batches,
+    assert_migrated_counts,
+    drain_while_counting,
+)
 from tests.store.test_contract import T
 
 THREADS = 4
@@ -23,6 +29,17 @@ def scanned(schema: str) -> dict[TaskStatus, int]:
         rows = conn.execute(f"SELECT status, count(*) FROM {schema}.tasks GROUP BY status")
         found = {TaskStatus(s): n for s, n in rows.fetchall()}
     return {s: found.get(s, 0) for s in TaskStatus}
+
+
+def scanned_batches(schema: str) -> dict[str, dict[TaskStatus, int]]:
+    """Every batch's rows counted."""
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        rows = conn.execute(f"SELECT batch_id, status, count(*) FROM {schema}.tasks "
+                            "WHERE batch_id IS NOT NULL GROUP BY batch_id, status").fetchall()
+    out: dict[str, dict[TaskStatus, int]] = {}
+    for batch, status, n in rows:
+        out.setdefault(batch, dict.fromkeys(TaskStatus, 0))[TaskStatus(status)] = n
+    return out
 
 
 def deltas(schema: str) -> int:
@@ -48,6 +65,7 @@ def test_kept_counts_match_every_row_under_concurrent_claims_completions_and_fol
         assert final[TaskStatus.PENDING] == final[TaskStatus.RUNNING] == 0
         assert final[TaskStatus.SUCCESS] + final[TaskStatus.FAILED] == TASKS
         assert deltas(schema) == 0  # the last count folded them all
+        assert_kept_batches(store, scanned_batches(schema))
     finally:
         store.close()
         drop_schema(schema)
@@ -86,39 +104,44 @@ def _schema_at(version: int, rows: int) -> str:
                          [mig.version, mig.name])
         conn.execute(
             "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
-            "max_retry, timeout, created_at) SELECT 'b' || i, 'k', 't', CASE WHEN i %% 3 = 0 "
-            "THEN 'RUNNING' ELSE 'SUCCESS' END, 1, 0, 0, 60, i "
-            "FROM generate_series(1, %s) AS i", [rows])
+            "max_retry, timeout, created_at, batch_id) SELECT 'b' || i, 'k', 't', "
+            "CASE WHEN i %% 3 = 0 THEN 'RUNNING' ELSE 'SUCCESS' END, 1, 0, 0, 60, i, "
+            + SEEDED_BATCH_SQL.format(i="i").replace("%", "%%")
+            + " FROM generate_series(1, %s) AS i", [rows])
     return schema
 
 
-def test_the_migration_counts_a_table_that_already_holds_rows() -> None:
+@pytest.mark.parametrize("version", [4, 5])
+def test_the_migrations_count_a_table_that_already_holds_rows(version: int) -> None:
+    """From before the counts by status (4) and from before those by batch (5)."""
     need_pg()
     from taskfuse.store.postgres import PostgresStore
 
-    schema = _schema_at(4, 3000)
+    schema = _schema_at(version, 3000)
     try:
-        before = scanned(schema)
+        before, batches = scanned(schema), scanned_batches(schema)
         store = PostgresStore(pg_url(schema), pool_max=1)
         try:
-            assert_migrated_counts(store, 5, before)
+            assert_migrated_counts(store, 6, before, batches)
         finally:
             store.close()
     finally:
         drop_schema(schema)
 
 
-def test_a_watcher_of_a_schema_from_before_counts_every_row() -> None:
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_watcher_of_a_schema_from_before_counts_every_row(version: int) -> None:
     """A read-only store never migrates: on a schema without kept counts it counts rows."""
     need_pg()
     from taskfuse.store.postgres import PostgresStore
 
-    schema = _schema_at(4, 30)
+    schema = _schema_at(version, 30)
     try:
         watcher = PostgresStore(pg_url(schema), read_only=True, pool_max=1)
         try:
             assert watcher.counts() == scanned(schema)
             assert watcher.counts()[TaskStatus.RUNNING] == 10
+            assert_kept_batches(watcher, scanned_batches(schema))
         finally:
             watcher.close()
     finally:

@@ -1,17 +1,24 @@
-"""SQLite keeps its counts by status (migration 4): exact against a count of every row under
-threads that claim and complete in groups while others count, across the migration of a file
-that already holds rows, and for a watcher of a file from before it."""
+"""SQLite keeps its counts by status (migration 4) and by batch (5): exact against a count of
+every row under threads that claim and complete in groups while others count, across the
+migrations of a file that already holds rows, and for a watcher of a file from before them."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from taskfuse.core.states import TaskEvent, TaskStatus
 from taskfuse.core.task import move
 from taskfuse.store.sql import migrations, split_statements
 from taskfuse.store.sqlite import SQLiteStore
-from tests.store.counts_load import assert_migrated_counts, drain_while_counting
+from tests.store.counts_load import (
+    SEEDED_BATCH_SQL,
+    assert_kept_batches,
+    assert_migrated_counts,
+    drain_while_counting,
+)
 from tests.store.test_contract import T
 
 THREADS = 4
@@ -25,6 +32,17 @@ def scanned(path: Path) -> dict[TaskStatus, int]:
                  conn.execute("SELECT status, count(*) FROM tasks GROUP BY status")}
     return {s: found.get(s, 0) for s in TaskStatus}
 
+
+
+def scanned_batches(path: Path) -> dict[str, dict[TaskStatus, int]]:
+    """Every batch's rows counted."""
+    out: dict[str, dict[TaskStatus, int]] = {}
+    with sqlite3.connect(path) as conn:
+        for batch, status, n in conn.execute(
+                "SELECT batch_id, status, count(*) FROM tasks WHERE batch_id IS NOT NULL "
+                "GROUP BY batch_id, status"):
+            out.setdefault(batch, dict.fromkeys(TaskStatus, 0))[TaskStatus(status)] = n
+    return out
 
 
 def test_kept_counts_match_every_row_under_claims_completions_and_counts(tmp_path) -> None:
@@ -41,6 +59,7 @@ def test_kept_counts_match_every_row_under_claims_completions_and_counts(tmp_pat
         assert final[TaskStatus.PENDING] == final[TaskStatus.RUNNING] == 0
         assert final[TaskStatus.SUCCESS] + final[TaskStatus.FAILED] == TASKS
         assert final[TaskStatus.SUCCESS] > 0 and final[TaskStatus.FAILED] > 0
+        assert_kept_batches(store, scanned_batches(path))
     finally:
         store.close()
 
@@ -58,18 +77,20 @@ def _file_at(path: Path, version: int, rows: int) -> Path:
         conn.execute(
             "WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < ?) "
             "INSERT INTO tasks (task_id, kind, trace_id, status, version, retry_count, "
-            "max_retry, timeout, created_at, downstreams, depends_on) "
+            "max_retry, timeout, created_at, downstreams, depends_on, batch_id) "
             "SELECT 'b' || n, 'k', 't', CASE WHEN n % 3 = 0 THEN 'RUNNING' ELSE 'SUCCESS' END, "
-            "1, 0, 0, 60, n, '[]', '[]' FROM i", (rows,))
+            f"1, 0, 0, 60, n, '[]', '[]', {SEEDED_BATCH_SQL.format(i='n')} FROM i", (rows,))
     return path
 
 
-def test_the_migration_counts_a_file_that_already_holds_rows(tmp_path) -> None:
-    path = _file_at(tmp_path / "old.db", 3, 3000)
-    before = scanned(path)
+@pytest.mark.parametrize("version", [3, 4])
+def test_the_migrations_count_a_file_that_already_holds_rows(tmp_path, version: int) -> None:
+    """From before the counts by status (3) and from before those by batch (4)."""
+    path = _file_at(tmp_path / "old.db", version, 3000)
+    before, batches = scanned(path), scanned_batches(path)
     store = SQLiteStore(path)
     try:
-        assert_migrated_counts(store, 4, before)
+        assert_migrated_counts(store, 5, before, batches)
         with sqlite3.connect(path) as conn:  # the index of every row by status is gone
             names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master "
                                                 "WHERE type = 'index'")}
@@ -78,14 +99,16 @@ def test_the_migration_counts_a_file_that_already_holds_rows(tmp_path) -> None:
         store.close()
 
 
-def test_a_watcher_of_a_file_from_before_counts_every_row(tmp_path) -> None:
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_watcher_of_a_file_from_before_counts_every_row(tmp_path, version: int) -> None:
     """A read-only store never migrates: on a file without kept counts it counts rows."""
-    path = _file_at(tmp_path / "old.db", 3, 30)
+    path = _file_at(tmp_path / "old.db", version, 30)
     watcher = SQLiteStore(path, read_only=True)
     try:
-        assert watcher.schema_version() == 3
+        assert watcher.schema_version() == version
         assert watcher.counts() == scanned(path)
         assert watcher.counts()[TaskStatus.RUNNING] == 10
+        assert_kept_batches(watcher, scanned_batches(path))
     finally:
         watcher.close()
 

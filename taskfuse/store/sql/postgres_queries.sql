@@ -257,7 +257,25 @@ INSERT INTO task_counts AS c (status, n)
 SELECT status, sum(n) FROM taken GROUP BY status ORDER BY status
 ON CONFLICT (status) DO UPDATE SET n = c.n + excluded.n
 
+-- fold_batch_counts --
+-- Move the batch deltas into their totals (migration 6), in one order as fold_counts does.
+WITH taken AS (DELETE FROM batch_count_deltas RETURNING batch_id, status, n, first_seq)
+INSERT INTO batch_counts AS c (batch_id, status, n, first_seq)
+SELECT batch_id, status, sum(n), min(first_seq) FROM taken
+GROUP BY batch_id, status ORDER BY batch_id, status
+ON CONFLICT (batch_id, status) DO UPDATE
+SET n = c.n + excluded.n, first_seq = least(c.first_seq, excluded.first_seq)
+
 -- counts_batch --
+-- A batch's folded totals and its deltas since, in one snapshot (migration 6).
+SELECT status, sum(n)::bigint FROM (
+    SELECT status, n FROM batch_counts WHERE batch_id = %(batch_id)s
+    UNION ALL SELECT status, n FROM batch_count_deltas WHERE batch_id = %(batch_id)s
+) AS c
+GROUP BY status
+
+-- counts_batch_scan --
+-- A schema from before migration 6 (a watcher never migrates): the batch's rows, counted.
 SELECT status, count(*) FROM tasks WHERE batch_id = %(batch_id)s GROUP BY status
 
 -- batch_tasks --
@@ -285,7 +303,22 @@ ON CONFLICT (batch_id) DO NOTHING
 SELECT batch_id, cap, created_at, meta FROM batches WHERE batch_id = %(batch_id)s
 
 -- batch_ids --
--- Registered batches first (in creation order), then batches only named by tasks.
+-- Registered batches first (in creation order), then batches only named by tasks, by their
+-- first task (the kept counts of migration 6: no task row is read).
+SELECT batch_id FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(first_seq) FROM (
+        SELECT batch_id, n, first_seq FROM batch_counts
+        UNION ALL SELECT batch_id, n, first_seq FROM batch_count_deltas
+    ) AS k
+    WHERE batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id HAVING sum(n) <> 0
+) AS all_batches
+ORDER BY src, seq
+
+-- batch_ids_scan --
+-- A schema from before migration 6 (a watcher never migrates): the tasks name the batches.
 SELECT batch_id FROM (
     SELECT batch_id, 0 AS src, seq FROM batches
     UNION ALL

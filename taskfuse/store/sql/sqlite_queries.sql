@@ -200,6 +200,11 @@ SELECT status, n FROM task_counts
 SELECT status, count(*) FROM tasks GROUP BY status
 
 -- counts_batch --
+-- A batch's kept counts (migration 5).
+SELECT status, n FROM batch_counts WHERE batch_id = :batch_id
+
+-- counts_batch_scan --
+-- A file from before migration 5 (a watcher never migrates): the batch's rows, counted.
 SELECT status, count(*) FROM tasks WHERE batch_id = :batch_id GROUP BY status
 
 -- batch_tasks --
@@ -227,7 +232,19 @@ ON CONFLICT (batch_id) DO NOTHING
 SELECT batch_id, cap, created_at, meta FROM batches WHERE batch_id = :batch_id
 
 -- batch_ids --
--- Registered batches first (in creation order), then batches only named by tasks.
+-- Registered batches first (in creation order), then batches only named by tasks, by their
+-- first task (the kept counts of migration 5: no task row is read).
+SELECT batch_id FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(first_seq) FROM batch_counts
+    WHERE batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id HAVING sum(n) <> 0
+)
+ORDER BY src, seq
+
+-- batch_ids_scan --
+-- A file from before migration 5 (a watcher never migrates): the tasks name the batches.
 SELECT batch_id FROM (
     SELECT batch_id, 0 AS src, seq FROM batches
     UNION ALL
