@@ -45,7 +45,8 @@ async def _tables_measured(pilot: Pilot[int]) -> None:
     for _ in range(200):
         await pilot.pause()
         tables = pilot.app.screen.query(DataTable)
-        if not any(t._require_update_dimensions or t._updated_cells for t in tables):
+        if not any(getattr(t, "_require_update_dimensions", False)
+                   or getattr(t, "_updated_cells", None) for t in tables):
             break
     await pilot.pause()  # and drawn with the new widths
 
