@@ -232,6 +232,16 @@ class PrintedLines(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # TextIOBase says None
+        return getattr(self.raw, "encoding", None) or "utf-8"
+
+    @property
+    def buffer(self) -> Any:
+        """The real stdout's bytes: what is written there goes out as it is, uncaptured
+        (`sys.stdout.buffer.write`, which some libraries use, keeps working)."""
+        return self.raw.buffer
+
     def fileno(self) -> int:
         return self.raw.fileno()
 

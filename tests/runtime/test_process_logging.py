@@ -103,6 +103,7 @@ def test_printed_lines_are_records_of_the_task_that_printed_them() -> None:
 
     with logs.process_logging(logging.INFO, True, stream, capture_stdout=True):
         assert isinstance(sys.stdout, logs.PrintedLines)
+        assert sys.stdout.encoding and sys.stdout.buffer is stdout.buffer  # as code expects
         threads = [threading.Thread(target=task, args=(n,)) for n in ("a", "b")]
         for t in threads:
             t.start()
