@@ -166,3 +166,29 @@ def test_a_watcher_reads_kept_counts_without_writing() -> None:
         writer.close()
         drop_schema(schema)
 
+
+
+def test_rows_deleted_or_truncated_by_hand_keep_every_count_exact() -> None:
+    """An operator pruning old rows in SQL (there is no prune command) or emptying the
+    table: the kept counts, in all and by batch, still equal a count of the rows."""
+    need_pg()
+    from taskfuse.store.postgres import PostgresStore
+
+    schema = new_schema()
+    store = PostgresStore(pg_url(schema), pool_max=2)
+    try:
+        drain_while_counting(store, 90, 2)
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {schema}.tasks WHERE status = 'SUCCESS' "
+                         "AND task_id LIKE 't1%'")
+        assert store.counts() == scanned(schema)
+        assert_kept_batches(store, scanned_batches(schema))
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"TRUNCATE {schema}.tasks CASCADE")
+        assert not any(store.counts().values())
+        assert store.batch_ids() == [] and not any(store.counts("left").values())
+        store.insert([T("again", batch_id="left")])
+        assert store.counts("left")[TaskStatus.PENDING] == 1 == store.counts()[TaskStatus.PENDING]
+    finally:
+        store.close()
+        drop_schema(schema)

@@ -163,3 +163,21 @@ def test_a_group_of_completions_releases_children_and_ticks_as_moves_one_by_one(
         assert store.counts()[TaskStatus.RUNNING] == 4  # g, and the three just claimed
     finally:
         store.close()
+
+
+def test_rows_deleted_by_hand_keep_every_count_exact(tmp_path) -> None:
+    """An operator pruning old rows in SQL (there is no prune command): the kept counts, in
+    all and by batch, still equal a count of the rows."""
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    try:
+        drain_while_counting(store, 90, 2)
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM tasks WHERE status = 'SUCCESS' AND task_id LIKE 't1%'")
+        assert store.counts() == scanned(path)
+        assert_kept_batches(store, scanned_batches(path))
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM tasks")
+        assert not any(store.counts().values()) and store.batch_ids() == []
+    finally:
+        store.close()
