@@ -72,6 +72,8 @@ _VALUE = VALUE_OF
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: The migration from which the file keeps its counts by status (sqlite_0004_task_counts).
 _KEPT_COUNTS = 4
+#: The longest close() waits for threads in wait_for_work to leave (each polls every poll_s).
+CLOSE_WAIT_S = 5.0
 _KEPT_BATCH_COUNTS = 5
 #: The largest page cache a connection may ask for (a typo of a few zeros must not reach
 #: SQLite as a size it tries to honour).
@@ -187,6 +189,7 @@ class SQLiteStore(NamedQueryReads):
         self._closed = False
         self._work = threading.Condition()
         self._work_gen = 0
+        self._waiters = 0  # threads inside wait_for_work (under _work)
         #: A watcher's store: connections open the file read-only and nothing is created.
         self.read_only = read_only
         if read_only:
@@ -310,15 +313,22 @@ class SQLiteStore(NamedQueryReads):
         return int(v or 0)
 
     def close(self) -> None:
-        """Close every connection this store opened (in all threads); the store is unusable."""
-        self._closed = True
+        """Close every connection this store opened (in all threads); the store is unusable.
+
+        A thread waiting for work (a runner's listener) polls its own connection: it is woken
+        and left to return first (bounded by CLOSE_WAIT_S), since closing a connection while
+        another thread runs a statement on it crashes the interpreter, not raises. (It did
+        once, in a test suite: a listener's poll met the test's close of the store.)
+        """
+        with self._work:
+            self._closed = True
+            self._work_gen += 1
+            self._work.notify_all()
+            self._work.wait_for(lambda: self._waiters == 0, CLOSE_WAIT_S)
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for conn in conns:
             conn.close()
-        with self._work:
-            self._work_gen += 1
-            self._work.notify_all()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -632,20 +642,29 @@ class SQLiteStore(NamedQueryReads):
         a short poll of ``PRAGMA data_version`` (every `poll_s`), which changes exactly when
         another connection committed. A True is a hint to claim, not a promise of a task.
         """
-        conn = self._conn()
-        start = conn.execute("PRAGMA data_version").fetchone()[0]
-        deadline = time.monotonic() + max(0.0, timeout)
         with self._work:
-            gen = self._work_gen
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if self._closed:
                 return False
+            self._waiters += 1  # close() waits for us to leave before closing our connection
+            gen = self._work_gen
+        try:
+            conn = self._conn()
+            start = conn.execute("PRAGMA data_version").fetchone()[0]
+            deadline = time.monotonic() + max(0.0, timeout)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                with self._work:
+                    if self._work.wait_for(lambda: self._work_gen != gen,
+                                           min(left, self.poll_s)):
+                        return not self._closed
+                if conn.execute("PRAGMA data_version").fetchone()[0] != start:
+                    return True
+        finally:
             with self._work:
-                if self._work.wait_for(lambda: self._work_gen != gen, min(left, self.poll_s)):
-                    return not self._closed
-            if conn.execute("PRAGMA data_version").fetchone()[0] != start:
-                return True
+                self._waiters -= 1
+                self._work.notify_all()
 
     # -- reading ---------------------------------------------------------------------------
 

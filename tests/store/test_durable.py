@@ -4,8 +4,11 @@ workers, indexed hot queries and closing. The shared behaviour is in test_contra
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,8 @@ from tests.store.backends import (
     postgres_store,
     sqlite_store,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=sorted(DURABLE))
@@ -317,6 +322,30 @@ def test_postgres_wakes_an_idle_worker_of_another_store_by_notify(tmp_path) -> N
             assert _wakes_on_submit(waiter, submitter) < 1.5  # woken, not timed out (5 s)
         finally:
             waiter.close()
+
+
+_CLOSE_RACE = """
+import sys, threading, time
+from taskfuse.store.sqlite import SQLiteStore
+for i in range(300):
+    store = SQLiteStore(f"{sys.argv[1]}/t{i % 5}.db", poll_s=0.0001)
+    waiter = threading.Thread(target=store.wait_for_work, args=(5,))
+    waiter.start()
+    time.sleep(0.002)  # inside its poll, most rounds
+    store.close()
+    waiter.join(6)
+    assert not waiter.is_alive()
+print("survived")
+"""
+
+
+def test_closing_a_sqlite_store_never_meets_a_poll_of_work_mid_statement(tmp_path) -> None:
+    """A thread waiting for work polls its own connection; closing the store from another
+    thread closed that connection under the poll and crashed the interpreter (a test suite
+    died of it once; 300 rounds crashed every time). Run apart, so a crash is a failure."""
+    proc = subprocess.run([sys.executable, "-c", _CLOSE_RACE, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "survived", proc.stderr[-2000:]
 
 
 def test_sqlite_wakes_an_idle_worker_of_another_connection(tmp_path) -> None:
