@@ -149,11 +149,30 @@ def core_calls_per_cycle(n: int = 2000) -> float:
     """Python function calls per claim + complete, counted by the profiler in a fresh
     interpreter: after a simulation in the same process the count came out one call per
     cycle higher, so the figure depended on which figures ran before it."""
+    return _in_fresh_interpreter("_core_calls", n)
+
+
+def _in_fresh_interpreter(function: str, n: int) -> float:
+    """This module's `function(n)`, run in a new Python: what it answered."""
     out = subprocess.run(
-        [sys.executable, "-c", f"from benchmarks.regression import _core_calls; "
-                               f"print(_core_calls({n}))"],
+        [sys.executable, "-c", f"from benchmarks.regression import {function}; "
+                               f"print({function}({n}))"],
         cwd=ROOT, capture_output=True, text=True, check=True)
     return float(out.stdout)
+
+
+def _profiled_calls(run: Callable[[], Any]) -> int:
+    """Function calls the profiler counts while `run` runs, the garbage collector kept out:
+    a collection finalizing suspended generators (an earlier simulation's workers) would
+    count as calls of whatever ran then."""
+    gc.collect()
+    gc.disable()
+    try:
+        profile = cProfile.Profile()
+        profile.runcall(run)
+    finally:
+        gc.enable()
+    return sum(v[1] for v in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
 
 
 def _core_calls(n: int) -> float:
@@ -174,19 +193,8 @@ def _core_calls(n: int) -> float:
                 now += 0.001
                 sched.complete(task, ok, now)
 
-
-    # The profiler counts every resumed generator too: garbage of an earlier figure (a
-    # simulation's suspended workers) finalized mid-drain added a call per cycle. Collect it
-    # first and keep the collector out of the count.
-    gc.collect()
-    gc.disable()
-    try:
-        profile = cProfile.Profile()
-        profile.runcall(drain)
-    finally:
-        gc.enable()
-    calls = sum(v[1] for v in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
-    return round(calls / n, 2)
+    # Garbage of an earlier figure finalized mid-drain added a call per cycle.
+    return round(_profiled_calls(drain) / n, 2)
 
 
 @figure("sqlite_statements_per_task")
@@ -282,11 +290,7 @@ def lab_calls_ratio(n: int = 3000) -> float:
     """Function calls (Python and C, as the profiler counts them) of the lab over those of
     the minimal model on the same seeded incident, in a fresh interpreter: deterministic, so
     a busy machine cannot fail it and a lab doing more work per task cannot pass it."""
-    out = subprocess.run(
-        [sys.executable, "-c", f"from benchmarks.regression import _lab_calls; "
-                               f"print(_lab_calls({n}))"],
-        cwd=ROOT, capture_output=True, text=True, check=True)
-    return float(out.stdout)
+    return _in_fresh_interpreter("_lab_calls", n)
 
 
 def _lab_calls(n: int) -> float:
@@ -297,16 +301,7 @@ def _lab_calls(n: int) -> float:
     runs = {"minimal": lambda: MinimalIncident(sc).run(), "lab": lambda: Simulation(sc).run()}
     for run in runs.values():
         run()  # first runs fill caches and import lazily: not what a run costs
-    calls = {}
-    for name, run in runs.items():
-        gc.collect()
-        gc.disable()  # a collection finalizing suspended generators would count as calls
-        try:
-            profile = cProfile.Profile()
-            profile.runcall(run)
-        finally:
-            gc.enable()
-        calls[name] = sum(v[1] for v in pstats.Stats(profile).stats.values())  # type: ignore[attr-defined]
+    calls = {name: _profiled_calls(run) for name, run in runs.items()}
     return round(calls["lab"] / calls["minimal"], 4)
 
 

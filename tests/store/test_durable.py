@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,21 +94,29 @@ def test_migrations_are_recorded_and_reopening_applies_nothing_twice(tmp_path) -
         assert again.get("a") is not None
 
 
+class _Opener:
+    """Opens a PostgreSQL store of `schema` from any thread, keeping what came of it."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.opened: list[Any] = []
+        self.errors: list[BaseException] = []
+
+    def open_one(self) -> None:
+        from taskfuse.store.postgres import PostgresStore
+
+        try:
+            self.opened.append(PostgresStore(pg_url(self.schema), pool_max=1))
+        except BaseException as exc:
+            self.errors.append(exc)
+
+
 def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
     need_pg()
-    from taskfuse.store.postgres import PostgresStore
-
     schema = new_schema()
-    opened: list[PostgresStore] = []
-    errors: list[BaseException] = []
-
-    def open_one() -> None:
-        try:
-            opened.append(PostgresStore(pg_url(schema), pool_max=1))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    opener = _Opener(schema)
+    opened, errors = opener.opened, opener.errors
+    threads = [threading.Thread(target=opener.open_one) for _ in range(4)]
     try:
         for t in threads:
             t.start()
@@ -132,18 +141,11 @@ def test_a_session_ended_while_opening_is_opened_again_and_migrates_once() -> No
     need_pg()
     import psycopg
 
-    from taskfuse.store.postgres import PostgresStore
 
     schema = new_schema()
-    opened: list[PostgresStore] = []
-    errors: list[BaseException] = []
-
-    def open_one() -> None:
-        try:
-            opened.append(PostgresStore(pg_url(schema), pool_max=1))
-        except BaseException as exc:
-            errors.append(exc)
-
+    opener = _Opener(schema)
+    opened, errors = opener.opened, opener.errors
+    open_one = opener.open_one
     waiting = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s "
                "AND wait_event_type = 'Lock'")
     thread = threading.Thread(target=open_one)
