@@ -10,6 +10,8 @@ scenario (`limits: FILE`), without renaming anything::
     retry: {max_retry: 2, backoff: {kind: exponential, base: 1.0, cap: 30, jitter: full}}
     kinds:                              # per task kind
       sync_sku: {timeout_s: 30, executor: thread, overlap: false}
+      fetch_price: {executor: async, async_concurrency: 2000}
+    async_concurrency: 1000             # async tasks in flight per worker process
     sweeper: {interval_s: 30, lease_s: 30}
     pools:                              # connection-limited sections (ctx.pool(name))
       batch: {size: 10, acquire_timeout_s: 30}
@@ -52,6 +54,8 @@ PosInt = Annotated[int, Field(ge=1)]
 #: The largest worker count a file may ask for: beyond it a typo (an extra zero or three)
 #: would start threads or simulated workers by the hundred thousand.
 MAX_WORKERS = 10_000
+#: The largest count of coroutines in flight a file may ask for per worker process.
+MAX_ASYNC = 100_000
 
 
 class Strict(BaseModel):
@@ -234,6 +238,10 @@ class BatchLimits(Strict):
 class KindLimits(Strict):
     """Per task kind: its timeout, attempts, priority, retry policy and executor.
 
+    `executor: async` runs an `async def` task as a coroutine on the worker process's one
+    event loop: a task waiting on a call holds no thread, so thousands fit in one process
+    (bounded by `async_concurrency` here and per worker); its timeout and cancel are a real
+    cancel (CancelledError at its next await).
     `executor: process` runs the kind in a worker process that is killed on timeout or
     cancel (for code that may hang); `thread` (default) in the worker thread itself, which
     cannot be killed: a timed-out attempt that ignores cancellation keeps its thread busy
@@ -246,8 +254,18 @@ class KindLimits(Strict):
     max_retry: Annotated[int, Field(ge=0, le=1000)] | None = None
     priority: int | None = None
     retry: RetrySpec | None = None
-    executor: Literal["thread", "process"] = "thread"
+    executor: Literal["thread", "process", "async"] = "thread"
     overlap: bool = False
+    #: Coroutines of this kind in flight at once per worker process (async executor only;
+    #: None: bounded by the worker's `async_concurrency` alone).
+    async_concurrency: Annotated[int, Field(ge=1, le=MAX_ASYNC)] | None = None
+
+    @model_validator(mode="after")
+    def _async_cap_is_for_async(self) -> KindLimits:
+        if self.async_concurrency is not None and self.executor != "async":
+            raise ValueError(f"async_concurrency applies to executor: async only (this kind's "
+                             f"executor is {self.executor!r})")
+        return self
 
 
 class Sweeper(Strict):
@@ -300,6 +318,9 @@ class Limits(Strict):
     #: (RUNNING from their claim), in the lab and the runtime alike; the runtime prefetches
     #: more on its own while tasks are short (scenarios/README.md).
     claim_batch: Annotated[int, Field(ge=1, le=10_000)] = 1
+    #: Tasks of `executor: async` kinds in flight at once per worker process, on its one
+    #: event loop (each kind may cap its own share lower).
+    async_concurrency: Annotated[int, Field(ge=1, le=MAX_ASYNC)] = 1000
     watchdog_interval_s: PosFloat = 1.0
     task_timeout_s: PosFloat = 60.0
     retry: RetrySpec = RetrySpec()
