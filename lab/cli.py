@@ -38,6 +38,7 @@ from typing import Any
 
 from lab.scenario import ScenarioError, json_schema, load_scenario
 from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
+from taskfuse.version import version_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lab", description="Simulate batch jobs against a modelled world to size limits."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
+    parser.add_argument("--version", action="version", version=version_line("lab"))
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="run a scenario in virtual time and print a report")

@@ -49,6 +49,7 @@ from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 from taskfuse.store import describe_error, open_store, redact_text, redact_url
 from taskfuse.textable import columns
+from taskfuse.version import version_line
 
 if TYPE_CHECKING:
     from taskfuse.observe.prometheus import MetricsServer
@@ -133,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", default=False,
                         help="debug logging, and tracebacks for errors")
+    parser.add_argument("--version", action="version", version=version_line(PROG))
+
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     for add in (_add_worker, _add_submit, _add_status, _add_cancel, _add_sweep, _add_inspect):
         add(sub, common)

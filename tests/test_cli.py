@@ -299,3 +299,14 @@ def test_sweeper_process_stops_on_sigterm(db) -> None:
         proc.kill()
     assert proc.returncode == 0, err
     assert "sweeper started" in first_line and "swept 0 task(s)" in out
+
+
+@pytest.mark.parametrize("prog", ["taskfuse", "lab"])
+def test_version_names_the_installed_package(prog: str) -> None:
+    """`--version` answers (it was an error, and `lab -v` printed usage), as a bug report needs."""
+    from importlib.metadata import version
+
+    exe = Path(sys.executable).parent / prog
+    done = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(f"{prog} {version('taskfuse')} (Python ")
