@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test property bench bench-peers baseline clean
+.PHONY: run test docs property bench bench-peers baseline clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,7 +24,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict taskfuse/core
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest
+
+# The docs site (MkDocs, strict: a broken link or reference fails), into site/. Its examples
+# run as tests in `make test` (docs/conftest.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The property tests and state machines, randomized, x10 examples and x2 steps: run it before
 # you stop. A failure is saved in tests/hypothesis-examples (commit it; every later run replays
@@ -45,4 +51,4 @@ baseline: $(STAMP)
 	$(BIN)/python -m benchmarks.regression --update
 
 clean:
-	rm -rf $(VENV) .pytest_cache .benchmarks .hypothesis
+	rm -rf $(VENV) .pytest_cache .benchmarks .hypothesis site .site
