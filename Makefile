@@ -24,13 +24,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict taskfuse/core
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir .site
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest
 
 # The docs site (MkDocs, strict: a broken link or reference fails), into site/. Its examples
 # run as tests in `make test` (docs/conftest.py).
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The property tests and state machines, randomized, x10 examples and x2 steps: run it before
 # you stop. A failure is saved in tests/hypothesis-examples (commit it; every later run replays

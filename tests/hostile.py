@@ -1,7 +1,7 @@
 """Shared by the hostile-input tests: run a command's main() and hold it to the promises.
 
-The promises (README, "Reliability"): bad input is one line on stderr and exit 2, never a
-traceback; the answer comes within `MAX_ANSWER_S` and peak memory stays under `MAX_PEAK_MB`.
+The promises (docs/operations.md, "Reliability"): bad input is one line on stderr and exit 2,
+never a traceback; the answer comes within `MAX_ANSWER_S` and peak memory stays under `MAX_PEAK_MB`.
 In-process runs measure memory with tracemalloc; `run_measured` runs a command in a fresh
 interpreter and reports its peak resident size, which counts everything.
 """

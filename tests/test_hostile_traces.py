@@ -197,7 +197,7 @@ def test_a_decompression_bomb_is_refused_unread(trace_bytes: bytes, tmp_path: Pa
 
 def test_a_trace_damaged_mid_file_is_exit_2_before_the_monitor(trace_bytes: bytes,
                                                                tmp_path: Path) -> None:
-    """The README's promise for `lab watch`: one line, exit 2, not an error inside the app."""
+    """The docs' promise for `lab watch`: one line, exit 2, not an error inside the app."""
     parts = frames(trace_bytes)
     kind, body = parts[len(parts) // 2]
     parts[len(parts) // 2] = (kind, body[:10] + bytes([body[10] ^ 0xFF]) + body[11:])

@@ -101,7 +101,8 @@ def documented_meanings() -> dict[str, str]:
     a test there holds every key documented), by normalized key path."""
     readme = Path(__file__).resolve().parents[2] / "scenarios" / "README.md"
     rows = re.findall(r"^\| `([\w.\[\]]+)` \| (.+) \|$", readme.read_text(), re.MULTILINE)
-    return {_normal(key): text for key, text in rows}
+    # its in-page links point into the format's page, included in the site as scenarios.md
+    return {_normal(key): text.replace("](#", "](../scenarios.md#") for key, text in rows}
 
 
 def _meaning(meanings: dict[str, str], path: str) -> str:

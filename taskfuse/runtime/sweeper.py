@@ -27,7 +27,7 @@ from taskfuse.store import StoreUnavailable, describe_error
 
 log = logging.getLogger("taskfuse.sweeper")
 
-#: The rules of a pass, for operators (`taskfuse sweep --help`, the README).
+#: The rules of a pass, for operators (`taskfuse sweep --help`, the docs).
 RULES = """\
 Each pass applies three rules, each on its own, every move through the version check:
   1. orphans: a RUNNING task whose lease lapsed (no heartbeat for --lease seconds), or

@@ -159,7 +159,7 @@ def test_a_bomb_in_a_set_value_is_refused_too() -> None:
 
 
 def test_a_sweep_may_add_a_pool_that_only_some_points_use(tmp_path: Path) -> None:
-    """The README's sizing example adds the batch pool with --set and varies which pool the
+    """The docs' sizing example adds the batch pool with --set and varies which pool the
     batch uses: at the points that keep `shared`, `batch` is unused, and that is fine."""
     from lab.sweep import Plan
 

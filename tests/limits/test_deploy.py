@@ -1,6 +1,6 @@
 """From the lab to production: `lab size --write-limits` then `taskfuse worker --limits`.
 
-The sizing question of the README (how many workers keep business p99 under 60 ms on the
+The sizing question of docs/lab/sizing.md (how many workers keep business p99 under 60 ms on the
 incident?) is answered by `lab size` on a smaller batch and one seed, to keep this test
 short; the file it writes is what a real worker process (SQLite store, metrics on a free
 port) is started with, and the test reads the limits back from the running worker: its

@@ -5,7 +5,7 @@ killed (SIGKILL) while a group of finished tasks waits for its commit (the store
 commit open: tests/runtime/commit_window_worker.py); the sweeper gives the orphaned tasks
 back after their lease, a second worker runs them. Every task ends SUCCESS exactly once in
 the store; the side effects of the uncommitted group happen twice (at least once, as the
-README's Reliability section says), and of no other task.
+operations page of the docs says, under Reliability), and of no other task.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The docs' examples run as tests, so a page cannot drift from the code.
+"""The examples of the docs, the README and the scenario format run as tests, so a page
+cannot drift from the code.
 
-Every fenced block in docs/*.md is one of:
+Every fenced block in docs/**.md, README.md and scenarios/README.md is one of:
 
 * ```python: run (Sybil), the blocks of a page sharing one namespace, in a scratch folder
   that holds a copy of scenarios/ and examples/;
@@ -29,7 +30,7 @@ from typing import Any
 from sybil import Example, Sybil
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 EXIT = re.compile(r"\s+#\s*exit (\d+)$")
 
@@ -111,7 +112,8 @@ pytest_collect_file = Sybil(
         CodeBlockParser("sh", refuse_unmarked),
         CodeBlockParser("bash", refuse_unmarked),
     ],
-    patterns=["*.md"],
+    patterns=["docs/*.md", "docs/*/*.md", "README.md", "scenarios/README.md"],
+    excludes=["tests/*.md", "tests/*/*.md"],
     setup=_setup,
     teardown=_teardown,
 ).pytest()
