@@ -690,7 +690,8 @@ class Runner:
                 return
 
     def _execute(self, ctx: TaskContext) -> Outcome:
-        """Run the user's function, outside every lock; any exception becomes a failure."""
+        """Run the user's function, outside every lock; any exception becomes a failure,
+        a BaseException too (sys.exit() in a task must not end the thread: `TASK_EXITS`)."""
         task = ctx.task
         if ctx.stopped:  # canceled, timed out or released while it waited in the buffer
             return Outcome.failure(ErrorKind.CANCELED, "stopped before it started")
@@ -700,7 +701,7 @@ class Runner:
                 return self.procs.run(ctx, definition)
             with TaskOutput(ctx):
                 return Outcome.success(definition.fn(ctx, task.payload))
-        except Exception as exc:
+        except BaseException as exc:
             return attempt_failure(ctx.logger, exc)
 
     # -- the completer ---------------------------------------------------------------------
