@@ -433,6 +433,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             restore()
             if server is not None:
                 server.close()
+    if runner.store_full is not None:  # a drain that cannot finish (said once, as it came)
+        return 1
     return _exit_status(signals)
 
 
@@ -462,8 +464,9 @@ def _run_worker(runner: Any, args: argparse.Namespace, stop: threading.Event) ->
     source = f"from {args.limits}" if args.limits else "(no limits file)"
     log.info("limits %s: %s", source, runner.app.describe())
     try:
-        if args.drain:
-            while not stop.is_set() and not runner.join(timeout=0.5):
+        if args.drain:  # until done, or until the store cannot take what is done
+            while (not stop.is_set() and not runner.join(timeout=0.5)
+                   and runner.store_full is None):
                 pass
         else:
             stop.wait()

@@ -33,6 +33,7 @@ from typing import Any
 from lab.fit.data import load_run
 from lab.fit.world import RunFit, fit_run
 from lab.fit.writer import left_out, scenario_text, split_texts
+from lab.scenario import ScenarioError
 
 __all__ = ["RunFit", "fit_trace", "fitted_files", "fitted_scenario"]
 
@@ -44,6 +45,7 @@ def fit_trace(path: str | Path) -> RunFit:
 
 def fitted_scenario(fit: RunFit) -> str:
     """The fitted world under the run's limits inline, as one scenario file's text."""
+    _needs_tasks(fit)
     return scenario_text(fit.world(), fit.limits(), comments=_comments(fit, None),
                          **_named(fit))
 
@@ -51,6 +53,7 @@ def fitted_scenario(fit: RunFit) -> str:
 def fitted_files(fit: RunFit, limits_ref: str) -> tuple[str, str]:
     """The fitted world as a scenario naming the limits file `limits_ref` (relative to the
     scenario), and that file's text: the limits the run used, deployable as they are."""
+    _needs_tasks(fit)
     rec = fit.limits()
     run = fit.run
     if rec.recorded:
@@ -67,6 +70,15 @@ def fitted_files(fit: RunFit, limits_ref: str) -> tuple[str, str]:
     return split_texts(fit.world(), rec, limits_ref=limits_ref,
                        comments=_comments(fit, limits_ref), limits_comments=said,
                        **_named(fit))
+
+
+def _needs_tasks(fit: RunFit) -> None:
+    """A scenario needs a batch, and a batch is fitted from tasks: a run without any is the
+    user's input, said in one line (ScenarioError), not a scenario that fails to parse."""
+    if not fit.batch_ids():
+        raise ScenarioError(f"{fit.run.path}: the run has no task (no task was submitted or "
+                            "moved), so there is no batch to write a scenario of; the "
+                            "report without --out still shows what the run holds")
 
 
 def _named(fit: RunFit) -> dict[str, Any]:

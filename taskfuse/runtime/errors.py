@@ -25,9 +25,14 @@ RESULT_ERROR = "result_error"  # the store could not keep what the task returned
 #: The process executor could not move a payload to the task's process, or its result back.
 PAYLOAD_UNSERIALIZABLE = "payload_unserializable"
 RESULT_UNSERIALIZABLE = "result_unserializable"
+#: BaseExceptions a task raises that are no error of its work: argparse or click code calling
+#: sys.exit(), a stray KeyboardInterrupt, a generator's close. Left alone they would end the
+#: thread (or task process) that ran the task; instead the attempt fails for good, named by
+#: the exception, and the thread goes on serving.
+TASK_EXITS: frozenset[str] = frozenset({"SystemExit", "KeyboardInterrupt", "GeneratorExit"})
 RUNTIME_FATAL: frozenset[str] = frozenset(
     {UNKNOWN_KIND, BAD_CONFIG, RESULT_ERROR, PAYLOAD_UNSERIALIZABLE, RESULT_UNSERIALIZABLE}
-)
+) | TASK_EXITS
 #: The task's process ended before it answered (a crash, an OOM kill): retryable, like any
 #: unknown kind, because the next attempt may well fit.
 PROCESS_DIED = "process_died"
@@ -118,15 +123,21 @@ def outcome_of(exc: BaseException) -> Outcome:
         return Outcome.failure(ErrorKind.TIMEOUT, _clip(str(exc) or "timed out"))
     if isinstance(exc, ConnectionResetError):
         return Outcome.failure(ErrorKind.CONNECTION_RESET, _clip(str(exc) or "connection reset"))
+    if not isinstance(exc, Exception):  # SystemExit(2) says only "2": name the exception
+        return Outcome.failure(type(exc).__name__, _clip(f"the task raised {exc!r}"))
     return Outcome.failure(type(exc).__name__, _clip(str(exc)))
 
 
 def attempt_failure(logger: logging.LoggerAdapter[Any] | logging.Logger,
-                    exc: Exception) -> Outcome:
+                    exc: BaseException) -> Outcome:
     """The outcome of an attempt that raised, logged as every executor logs it: a TaskError
-    (the task classified its failure) in one line, anything else with its traceback."""
+    (the task classified its failure) in one line, a BaseException (`TASK_EXITS`) as an
+    error, anything else with its traceback."""
     if isinstance(exc, TaskError):
         logger.info("attempt failed: %s", exc)
+    elif not isinstance(exc, Exception):
+        logger.error("attempt failed: the task raised %r, which would have ended the thread "
+                     "running it; the task fails and the thread goes on", exc, exc_info=exc)
     else:
         logger.warning("attempt failed: %r", exc, exc_info=exc)
     return outcome_of(exc)

@@ -36,6 +36,9 @@ Theory of operation
 * `close()` (the Runner's shutdown, after running tasks were released) kills every task
   process. A task process also exits when its pipe ends, so a worker killed by SIGKILL
   leaves none behind either.
+* A task process leads its own process group, and every signal goes to the group, with a
+  last SIGKILL to the group once the process is reaped: a child the task forked (a
+  subprocess, a multiprocessing helper) dies with the task instead of living on under init.
 
 The task process's side is `taskfuse.runtime.procworker`.
 """
@@ -46,6 +49,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -359,7 +363,7 @@ class _Child:
         """SIGTERM, unless it already ended (does not wait)."""
         with self._lock:
             if not self._stopped and self.process.exitcode is None:
-                self.process.terminate()
+                self._signal(signal.SIGTERM)
 
     def stop(self, grace_s: float) -> int | None:
         """SIGTERM, SIGKILL after `grace_s`, and reap; returns the exit code (idempotent)."""
@@ -368,15 +372,27 @@ class _Child:
                 self._stopped = True
                 process = self.process
                 if process.exitcode is None:
-                    process.terminate()
+                    self._signal(signal.SIGTERM)
                     process.join(grace_s)
                 if process.exitcode is None:
-                    process.kill()
+                    self._signal(signal.SIGKILL)
                     process.join(5.0)
                 self._code = process.exitcode
+                self._signal(signal.SIGKILL, group_only=True)  # what the task left running
                 if self._code is None:
                     log.error("task process %d survived SIGKILL for 5 s", self.pid)
             return self._code
+
+    def _signal(self, signum: int, group_only: bool = False) -> None:
+        """Signal the process's group; just the process while it has not made its group
+        yet (right after its start), and nothing once neither exists. `group_only` once
+        the process is reaped: its pid is no longer ours to signal."""
+        with contextlib.suppress(ProcessLookupError):
+            try:
+                os.killpg(self.pid, signum)
+            except ProcessLookupError:
+                if not group_only:
+                    os.kill(self.pid, signum)
 
     def close(self) -> None:
         """Close the pipe and, once stopped, the process's own handles (its owner only)."""

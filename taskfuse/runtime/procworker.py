@@ -20,9 +20,13 @@ retry decisions behind `ctx.downstream(name).call(fn)` (whose `fn` runs here, in
 loop as on a thread), heartbeats, the store's view behind `cancelled()`. Every log record
 is forwarded and emitted by the worker's logging.
 
-Signals: SIGINT is ignored (Ctrl-C reaches a terminal's whole process group; the worker's
-graceful shutdown decides about running tasks); SIGTERM raises SystemExit, so `finally`
-blocks run before the worker's SIGKILL follows.
+Signals: SIGINT is ignored (the worker's graceful shutdown decides about running tasks);
+SIGTERM raises SystemExit, so `finally` blocks run before the worker's SIGKILL follows.
+A task process leads a process group of its own, and the worker signals the whole group:
+a child the task forked dies with it, and when the worker dies (the pipe ends) the process
+kills its group on the way out. A BaseException the task raises itself (sys.exit() in
+argparse code, KeyboardInterrupt) is the attempt's failure, logged like any other, and the
+process goes on serving; only SIGTERM's SystemExit ends it.
 
 Messages are tuples whose first item names them:
 
@@ -159,8 +163,8 @@ class Link:
                 elif tag == "stop":
                     self.stop.set()
                     self._replies.put((None, None))  # a call waiting for a reply gets none
-        except (EOFError, OSError):  # the worker closed the pipe, or died: so do we
-            os._exit(0)
+        except (EOFError, OSError):  # the worker closed the pipe, or died: so do we,
+            end_group()  # and so does every process the task started
         except BaseException:
             traceback.print_exc()
             os._exit(70)
@@ -381,6 +385,7 @@ def serve(conn: Connection, preload: tuple[str, ...] = ()) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_term)
+    os.setpgid(0, 0)  # a group of its own, which the worker kills as one (module doc)
     link = Link(conn)
     forward_only(link)
     route_python_output()
@@ -399,8 +404,20 @@ def serve(conn: Connection, preload: tuple[str, ...] = ()) -> None:
         link.send(run(link, job, functions))
 
 
+class _Terminated(SystemExit):
+    """SIGTERM's SystemExit: the one BaseException `run` lets end the process."""
+
+
 def _exit_on_term(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise _Terminated(128 + signum)
+
+
+def end_group() -> None:
+    """Exit at once, taking every process of this one's group along (SIGKILL to the group,
+    this process included); a process that leads no group just exits."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    os._exit(0)
 
 
 def run(link: Link, job: Job, functions: dict[str, Callable[..., Any]]) -> tuple[Any, ...]:
@@ -428,7 +445,9 @@ def run(link: Link, job: Job, functions: dict[str, Callable[..., Any]]) -> tuple
     try:
         with TaskOutput(ctx):
             result = fn(ctx, ctx.payload)
-    except Exception as exc:
+    except _Terminated:
+        raise
+    except BaseException as exc:  # sys.exit() in a task ends the attempt, not the process
         outcome = attempt_failure(ctx.logger, exc)
         return ("done", False, outcome.error_kind, outcome.error_msg)
     try:

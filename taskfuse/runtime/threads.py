@@ -76,7 +76,7 @@ from taskfuse.runtime.fleet import FleetLimits
 from taskfuse.runtime.logs import TaskOutput
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import ProcessPool
-from taskfuse.store import StoreError, StoreUnavailable, bounded
+from taskfuse.store import StoreError, StoreFull, StoreUnavailable, bounded
 from taskfuse.store.memory import LockedStore, MemoryStore
 
 log = logging.getLogger("taskfuse.runtime")
@@ -212,6 +212,8 @@ class Runner:
         #: Tasks a claim in flight brought after the stop, released by the claimer itself.
         self._released_late: list[Task] = []
         self._closed = False
+        #: Set while the store refuses to grow (`StoreFull`): said once, not per retry.
+        self.store_full: StoreFull | None = None
 
     def __repr__(self) -> str:
         return f"Runner(worker_id={self.worker_id!r}, workers={self.workers}, app={self.app!r})"
@@ -347,9 +349,10 @@ class Runner:
         for ctx in contexts:
             try:
                 new = self.scheduler.release(ctx.task, now, reason)
-            except Exception:
-                log.exception("could not release task %s at shutdown (its lease will lapse)",
-                              ctx.task.task_id, extra=task_extra(ctx.task))
+            except Exception as exc:
+                if not self._said_full(exc):
+                    log.exception("could not release task %s at shutdown (its lease will "
+                                  "lapse)", ctx.task.task_id, extra=task_extra(ctx.task))
                 new = None
             self._stop_task(ctx.task.task_id)
             if new is not None:
@@ -378,7 +381,7 @@ class Runner:
                     log.exception("could not write %d outcome(s) at shutdown", len(group))
         with at.mu:
             at.outcomes.notify_all()
-            while at.committing and time.monotonic() < end:
+            while at.committing and time.monotonic() < end and self.store_full is None:
                 at.settled.wait(max(0.0, min(0.1, end - time.monotonic())))
             if at.committing:
                 log.warning("%d outcome(s) not written at shutdown (the store did not answer); "
@@ -572,13 +575,15 @@ class Runner:
             try:
                 answer = self.scheduler.claim(self.worker_id, now, want, exclude=exclude,
                                               also_blocked=full)
-            except Exception:
+            except Exception as exc:
                 pause = min(_MAX_ERROR_PAUSE_S, max(0.05, pause * 2))
-                log.exception("claim failed; trying again in %.2fs", pause)
+                if not self._said_full(exc):
+                    log.exception("claim failed; trying again in %.2fs", pause)
                 self._claim_wake.wait(pause)
                 continue
             pause = 0.0
             if isinstance(answer, Work):
+                self._not_full()  # it wrote: the store has room again
                 self._claimer_idle = False
                 self._buffer(answer.tasks)
                 continue
@@ -690,7 +695,8 @@ class Runner:
                 return
 
     def _execute(self, ctx: TaskContext) -> Outcome:
-        """Run the user's function, outside every lock; any exception becomes a failure."""
+        """Run the user's function, outside every lock; any exception becomes a failure,
+        a BaseException too (sys.exit() in a task must not end the thread: `TASK_EXITS`)."""
         task = ctx.task
         if ctx.stopped:  # canceled, timed out or released while it waited in the buffer
             return Outcome.failure(ErrorKind.CANCELED, "stopped before it started")
@@ -700,7 +706,7 @@ class Runner:
                 return self.procs.run(ctx, definition)
             with TaskOutput(ctx):
                 return Outcome.success(definition.fn(ctx, task.payload))
-        except Exception as exc:
+        except BaseException as exc:
             return attempt_failure(ctx.logger, exc)
 
     # -- the completer ---------------------------------------------------------------------
@@ -723,11 +729,12 @@ class Runner:
                     if not self._closed:
                         at.outcomes.wait(pause)
                 continue
-            except Exception:
+            except Exception as exc:
                 if self._closed:  # the store was closed after our shutdown: done
                     return
                 pause = min(_MAX_ERROR_PAUSE_S, max(0.05, pause * 2))
-                log.exception("writing %d outcome(s) failed; keeping them", len(group))
+                if not self._said_full(exc):
+                    log.exception("writing %d outcome(s) failed; keeping them", len(group))
                 with at.mu:
                     at.outcomes.wait(pause)
                 continue
@@ -741,7 +748,7 @@ class Runner:
         now = self.clock()
         try:
             return self.scheduler.complete_many([(c.task, o) for c, o in group], now)
-        except StoreUnavailable:
+        except (StoreUnavailable, StoreFull):
             raise
         except StoreError as exc:
             if self._closed:
@@ -805,8 +812,9 @@ class Runner:
             try:
                 moved = self.scheduler.expire(now)
                 wait = self.scheduler.watchdog_wait(now, self._watchdog_s)
-            except Exception:
-                log.exception("watchdog pass failed")
+            except Exception as exc:
+                if not self._said_full(exc):
+                    log.exception("watchdog pass failed")
                 moved, wait = [], self._watchdog_s
             self._expired(moved)
             if self._check_stuck():
@@ -878,8 +886,10 @@ class Runner:
             now = self.clock()
             try:
                 renewed = self.scheduler.heartbeat_many(held, now)
-            except Exception:
-                log.exception("heartbeat of %d task(s) failed; their leases decide", len(held))
+            except Exception as exc:
+                if not self._said_full(exc):
+                    log.exception("heartbeat of %d task(s) failed; their leases decide",
+                                  len(held))
                 renewed = [True] * len(held)
             for task, ok in zip(held, renewed, strict=True):
                 if not ok:  # this attempt only: a retry of the same task may run here too
@@ -906,8 +916,24 @@ class Runner:
     def _beat_worker(self, stopped: bool = False) -> None:
         try:
             self.scheduler.store.beat_worker(self.worker_beat(stopped))
-        except Exception:
-            log.warning("could not record this worker's beat", exc_info=True)
+        except Exception as exc:
+            if not self._said_full(exc):
+                log.warning("could not record this worker's beat", exc_info=True)
+
+    def _said_full(self, exc: Exception) -> bool:
+        """Whether `exc` says the store cannot grow: logged in one line the first time, and
+        kept in `store_full` (a drain ends on it); the caller retries as it would anyway."""
+        if not isinstance(exc, StoreFull):
+            return False
+        if self.store_full is None:
+            log.error("%s; tasks stay as they are in the store until it can grow", exc)
+        self.store_full = exc
+        return True
+
+    def _not_full(self) -> None:
+        if self.store_full is not None:
+            self.store_full = None
+            log.info("the store accepts writes again")
 
     def _renew_permits(self) -> None:
         """Keep the fleet permits of calls in progress here from lapsing while we are alive."""

@@ -27,6 +27,7 @@ from taskfuse.store.redaction import describe_error, redact_text, redact_url, re
 __all__ = [
     "PayloadError",
     "StoreError",
+    "StoreFull",
     "StoreURLError",
     "StoreUnavailable",
     "bounded",
@@ -57,6 +58,14 @@ class StoreUnavailable(StoreError):
     """The database could not be reached (or kept failing) for longer than the retry budget.
 
     The message names the store by its redacted URL: credentials never reach logs or traces.
+    """
+
+
+class StoreFull(StoreError):
+    """The store cannot grow: its disk, a file size limit or a page limit is reached.
+
+    Nothing of the statement was written, and retrying cannot help until an operator frees
+    room, so a worker says so once and does not retry it as an outage.
     """
 
 

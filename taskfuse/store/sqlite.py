@@ -47,7 +47,7 @@ from urllib.parse import parse_qsl, urlsplit
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
-from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
+from taskfuse.store import StoreError, StoreFull, StoreUnavailable, StoreURLError, redact_url
 from taskfuse.store.sql import (
     SELECT_TASK,
     STATUS_OF,
@@ -154,6 +154,16 @@ def _check_unique(ids: list[str]) -> None:
         if task_id in seen:
             raise StoreError(f"task_id {task_id!r} appears twice in one insert")
         seen.add(task_id)
+
+
+#: SQLite's answers when a write needs room the file cannot get: the disk or a page limit
+#: (SQLITE_FULL), or a file size limit, which the OS refuses as EFBIG (SQLITE_IOERR_WRITE).
+_FULL_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE})
+
+
+def _cannot_grow(exc: BaseException) -> bool:
+    return (isinstance(exc, sqlite3.Error)
+            and getattr(exc, "sqlite_errorcode", None) in _FULL_CODES)
 
 
 class SQLiteStore(NamedQueryReads):
@@ -274,11 +284,14 @@ class SQLiteStore(NamedQueryReads):
                 ) from None
             try:
                 yield conn
-            except BaseException:
+                conn.execute("COMMIT")
+            except BaseException as exc:
                 if conn.in_transaction:  # SQLite may have rolled back already (e.g. disk full)
                     conn.execute("ROLLBACK")
+                if _cannot_grow(exc):
+                    raise StoreFull(f"SQLite store {self.path!r} cannot grow ({exc}): free "
+                                    "disk space or raise the file size limit") from None
                 raise
-            conn.execute("COMMIT")
 
     def _tick(self, conn: sqlite3.Connection, n: int = 1) -> int:
         """Reserve n ticks; answers the first of them."""
