@@ -19,19 +19,22 @@ daylight-saving rules are Debian cron's, and ours:
   job inside the overlap runs once, at the first of the two instants; a wildcard job runs at
   every real instant that matches, both passes included.
 
-Missed ticks. A tick is *on time* while at most `grace_s` has passed since it; a driver asks
-`due(cron, after, now, missed, grace_s)` with `after` the time it last asked (None when it
-just started) and gets at most ONE tick back, the latest tick in `(after, now]`: older ticks
-in that span are never back-filled. The policy decides a latest tick that is late:
+Missed ticks. A tick is *on time* while at most `grace_s` has passed since it. A driver asks
+`due(cron, after, now, missed, grace_s)`, `after` being when it last asked (None when it just
+started), and submits what it answers: every on-time tick in `(after, now]` (a loop woken
+late, or a worker started just after a tick, still submits it: the keys make a repeat a
+no-op), and for ticks later than that the policy:
 
-* ``skip``: not submitted; the schedule resumes at its next tick.
-* ``run_last_once``: submitted once (late), so a nightly batch missed while no worker ran
-  runs when the first worker starts, however long the outage was (and only one night's).
+* ``skip``: never submitted; the schedule resumes at its next tick.
+* ``run_last_once``: when no tick is on time, the latest late one is submitted, once, so a
+  nightly batch missed while no worker ran runs when the first worker starts, however long
+  the outage was (and only the last night's, never a back-fill of every night).
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -45,10 +48,13 @@ Missed = Literal["skip", "run_last_once"]
 MISSED_POLICIES: tuple[Missed, ...] = ("skip", "run_last_once")
 #: How late a tick may be and still count as on time (`due`).
 DEFAULT_GRACE_S = 60.0
+#: The most on-time ticks one `due` answers (a per-second schedule with a long grace).
+MAX_CATCH_UP = 1000
 
 
-class ScheduleError(TaskfuseError):
-    """A cron expression cronsim cannot read, or one that never fires."""
+class ScheduleError(TaskfuseError, ValueError):
+    """A cron expression cronsim cannot read, or a time zone not known (a ValueError too, so
+    a limits file's validation names the key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +74,7 @@ class Cron:
 
 def next_tick(cron: Cron, after: float) -> float | None:
     """The first tick strictly after `after` (None: the expression never fires again)."""
-    walk = CronSim(cron.expr, datetime.fromtimestamp(math.floor(after), cron.tz))
-    for at in walk:
-        t = at.timestamp()
-        if t > after:  # a local time read before an overlap's second pass is earlier
-            return t
-    return None
+    return next(ticks(cron, after, math.inf), None)
 
 
 def last_tick(cron: Cron, now: float) -> float | None:
@@ -91,23 +92,29 @@ def last_tick(cron: Cron, now: float) -> float | None:
 
 
 def ticks(cron: Cron, start: float, end: float) -> Iterator[float]:
-    """Every tick in `(start, end]`, in order (the lab's arrivals walk them)."""
-    t = next_tick(cron, start)
-    while t is not None and t <= end:
-        yield t
-        t = next_tick(cron, t)
+    """Every tick in `(start, end]`, in order, from one walk of the expression."""
+    last = start
+    for at in CronSim(cron.expr, datetime.fromtimestamp(math.floor(start), cron.tz)):
+        t = at.timestamp()
+        if t > end:
+            return
+        if t > last:  # a local time read before an overlap's second pass is earlier
+            last = t
+            yield t
 
 
 def due(cron: Cron, after: float | None, now: float, missed: Missed = "skip",
-        grace_s: float = DEFAULT_GRACE_S) -> float | None:
-    """The tick to submit now, if any: the latest in `(after, now]` (in `(-inf, now]` when
-    `after` is None), when on time or when the policy runs a late one (module doc)."""
+        grace_s: float = DEFAULT_GRACE_S) -> list[float]:
+    """The ticks to submit now, oldest first (module doc): the on-time ticks in
+    `(after, now]`, else under ``run_last_once`` the latest late one."""
+    since = now - grace_s if after is None else max(after, now - grace_s)
+    on_time = list(deque(ticks(cron, since, now), maxlen=MAX_CATCH_UP))
+    if on_time or missed == "skip":
+        return on_time
     last = last_tick(cron, now)
     if last is None or (after is not None and last <= after):
-        return None
-    if now - last <= grace_s or missed == "run_last_once":
-        return last
-    return None
+        return []
+    return [last]
 
 
 def tick_batch_id(name: str, tick: float) -> str:

@@ -41,7 +41,7 @@ def test_a_fixed_time_in_the_autumn_overlap_runs_once_at_its_first_pass() -> Non
     assert [local(t) for t in day] == ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]
     # a worker asking during the second pass finds the first pass's tick, already handled
     first = day[0]
-    assert due(Cron("30 2 * * *", PARIS), first, at("2026-10-25T02:45:00+01:00")) is None
+    assert due(cron, first, at("2026-10-25T02:45:00+01:00"), "run_last_once") == []
 
 
 def test_a_wildcard_schedule_follows_real_time_through_both_changes() -> None:
@@ -70,21 +70,28 @@ def test_a_tick_on_time_is_due_once_under_both_policies() -> None:
     cron = Cron("0 2 * * *", PARIS)
     tick = at("2026-12-02T02:00:00+01:00")
     for policy in ("skip", "run_last_once"):
-        assert due(cron, tick - 3600, tick + 0.2, policy) == tick
-        assert due(cron, tick + 0.2, tick + 5, policy) is None  # handled: never twice
-        assert due(cron, None, tick + 30, policy, grace_s=60) == tick  # a worker just started
+        assert due(cron, tick - 3600, tick + 0.2, policy) == [tick]
+        assert due(cron, tick + 0.2, tick + 5, policy) == []  # handled: never twice
+        assert due(cron, None, tick + 30, policy, grace_s=60) == [tick]  # a worker just started
+
+
+def test_a_loop_woken_late_submits_every_tick_still_on_time() -> None:
+    every_second = Cron("* * * * * *", PARIS)
+    assert due(every_second, 100.2, 103.7, "skip", grace_s=60) == [101.0, 102.0, 103.0]
+    assert due(every_second, 100.2, 103.7, "skip", grace_s=1.5) == [103.0]
+    assert due(every_second, None, 100.5, "skip", grace_s=2) == [99.0, 100.0]
 
 
 def test_ticks_missed_while_no_worker_ran_follow_the_policy() -> None:
     cron = Cron("0 2 * * *", PARIS)
     down = at("2026-12-01T20:00:00+01:00")  # the last worker stopped; three nights pass
     back = at("2026-12-04T09:00:00+01:00")
-    assert due(cron, down, back, "skip") is None
-    assert due(cron, None, back, "skip") is None
+    assert due(cron, down, back, "skip") == []
+    assert due(cron, None, back, "skip") == []
     last = at("2026-12-04T02:00:00+01:00")  # the latest night only, never the two before
-    assert due(cron, down, back, "run_last_once") == last
-    assert due(cron, None, back, "run_last_once") == last
-    assert due(cron, back, back + 60, "run_last_once") is None
+    assert due(cron, down, back, "run_last_once") == [last]
+    assert due(cron, None, back, "run_last_once") == [last]
+    assert due(cron, back, back + 60, "run_last_once") == []
     assert next_tick(cron, back) == at("2026-12-05T02:00:00+01:00")
 
 

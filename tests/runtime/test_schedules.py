@@ -1,0 +1,141 @@
+"""Schedules in a worker: declared in code or in the limits file, one batch per tick however
+many workers try, and the real loop woken at its ticks."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskfuse.core.states import TaskStatus
+from taskfuse.core.task import TaskSpec
+from taskfuse.core.ticks import tick_batch_id
+from taskfuse.limits.files import parse_limits
+from taskfuse.runtime import App, RuntimeConfigError
+from taskfuse.runtime.errors import UnknownKind
+from taskfuse.runtime.schedules import ScheduleLoop
+from taskfuse.store.sqlite import SQLiteStore
+from tests.runtime.conftest import JOIN_S
+
+LIMITS = """
+schedules:
+  nightly:
+    cron: "0 2 * * *"
+    tz: Europe/Paris
+    tasks: [{kind: tick, payload: 1}, {kind: tick, payload: 2}]
+    missed: run_last_once
+    cap: 1
+"""
+
+
+def _app() -> App:
+    app = App("sched-test")
+
+    @app.periodic("* * * * * *", tz="UTC", name="every-second", payload={"p": 1},
+                  grace_s=5)
+    @app.task("tick", timeout=30)
+    def tick(ctx: Any, payload: Any) -> Any:
+        return payload
+
+    return app
+
+
+class _Host:
+    """What the loop needs of a runner, around one store, with a fake clock."""
+
+    def __init__(self, app: App, store: Any) -> None:
+        self.app, self.store = app, store
+        self.scheduler = app.scheduler(store)
+        self.stopping = False
+        self.clock = time.time
+
+    def work_changed(self) -> None:
+        pass
+
+
+def test_a_schedule_is_declared_on_a_task_on_a_builder_or_in_the_limits() -> None:
+    app = _app()
+
+    @app.periodic("*/5 * * * *", tz="Europe/Paris", missed="run_last_once")
+    def hourly(at: Any) -> list[TaskSpec]:
+        return [app.spec("tick", {"at": at.isoformat(), "i": i}) for i in range(3)]
+
+    app.configure(parse_limits(LIMITS))
+    s = app.schedules
+    assert sorted(s) == ["every-second", "hourly", "nightly"]
+    assert (s["every-second"].kind, s["every-second"].tz) == ("tick", "UTC")
+    assert s["hourly"].builder is hourly and s["hourly"].missed == "run_last_once"
+    assert s["nightly"].tasks == (("tick", 1), ("tick", 2)) and s["nightly"].cap == 1
+    specs = s["hourly"].build(app, 1_800_000_000.0)
+    assert [sp.idempotency_key for sp in specs] == [
+        f"schedule:hourly@2027-01-15T08:00:00Z#{i}" for i in range(3)]
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"tz": "Mars/Olympus"}, "schedules.x: time zone 'Mars/Olympus' is not in the tz"),
+    ({"tz": "UTC", "missed": "later"}, "schedules.x.missed: input should be 'skip' or"),
+    ({"tz": "UTC", "cron": "0 25 * * *"}, "schedules.x: cron expression '0 25 * * *': Bad"),
+    ({"tz": "UTC", "name": "a b"}, "schedules.a b: "),
+])
+def test_a_bad_schedule_is_one_clear_line(kw: dict[str, Any], message: str) -> None:
+    app = _app()
+    cron = kw.pop("cron", "0 2 * * *")
+    kw.setdefault("name", "x")
+    with pytest.raises(RuntimeConfigError, match=re.escape(message)):
+        app.periodic(cron, **kw)(lambda at: [])
+
+
+def test_a_limits_schedule_of_an_unknown_kind_is_refused_at_start(make_runner: Any) -> None:
+    app = _app()
+    app.configure(parse_limits(LIMITS.replace("kind: tick, payload: 2", "kind: nope")))
+    runner = make_runner(app, start=False)
+    with pytest.raises(UnknownKind, match="nope"):
+        runner.start()
+
+
+def test_four_workers_asking_at_every_tick_submit_each_batch_once(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    app = _app()
+    app.configure(parse_limits(LIMITS))
+    loops = [ScheduleLoop(_Host(app, store), list(app.schedules.values()), threading.Event())
+             for _ in range(4)]
+    start = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    for second in range(10):
+        for loop in loops:  # every worker wakes a little after the tick, in any order
+            loop.step(start + second + 0.01 * (1 + loops.index(loop)))
+    # the first to wake also submits the ticks of the last grace_s (5 s) before it started
+    assert sum(loop.submitted for loop in loops) == 14 + 1
+    assert sum(loop.found for loop in loops) == 3 * (14 + 1)
+    every = sorted(b for b in store.batch_ids() if b.startswith("every-second@"))
+    assert every == [tick_batch_id("every-second", start + i) for i in range(-4, 10)]
+    assert all(store.counts(b)[TaskStatus.PENDING] == 1 for b in every)
+    batch = store.get_batch(every[-1])
+    assert batch is not None and batch.meta == {"schedule": "every-second", "tick": start + 9}
+    # the nightly batch: the workers started long after 02:00 Paris, and it says run_last_once
+    nightly = [b for b in store.batch_ids() if b.startswith("nightly@")]
+    assert nightly == ["nightly@2027-01-15T01:00:00Z"]
+    assert store.counts(nightly[0])[TaskStatus.PENDING] == 2
+    assert store.get_batch(nightly[0]).cap == 1  # type: ignore[union-attr]
+    store.close()
+
+
+def test_a_runner_submits_at_its_ticks_and_runs_them(tmp_path: Path, make_runner: Any) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    runner = make_runner(_app(), store, workers=2)
+    first = time.time()
+    end = time.monotonic() + JOIN_S
+    while runner.counts()[TaskStatus.SUCCESS] < 3:
+        assert time.monotonic() < end, "three ticks never ran"
+        time.sleep(0.05)
+    runner.shutdown(grace_s=2.0)
+    batches = sorted(b for b in store.batch_ids() if b.startswith("every-second@"))
+    ticks = [store.get_batch(b).meta["tick"] for b in batches]  # type: ignore[union-attr]
+    assert ticks == [ticks[0] + i for i in range(len(ticks))]  # one per second, no gap
+    assert ticks[0] >= int(first) - 5  # on time: nothing older than the grace
+    done = [t for b in batches for t in store.batch_tasks(b)]
+    assert {t.result["p"] for t in done if t.status is TaskStatus.SUCCESS} == {1}
+    assert runner.schedule_loop.submitted == len(batches)
