@@ -22,8 +22,10 @@ daylight-saving rules are Debian cron's, and ours:
 Missed ticks. A tick is *on time* while at most `grace_s` has passed since it. A driver asks
 `due(cron, after, now, missed, grace_s)`, `after` being when it last asked (None when it just
 started), and submits what it answers: every on-time tick in `(after, now]` (a loop woken
-late, or a worker started just after a tick, still submits it: the keys make a repeat a
-no-op), and for ticks later than that the policy:
+late still submits the ticks it slept through: the keys make a repeat a no-op); a worker
+that just started takes only the latest tick, when it is on time (it cannot know which
+earlier ones the fleet put in, and never back-fills). For a latest tick later than that the
+policy decides:
 
 * ``skip``: never submitted; the schedule resumes at its next tick.
 * ``run_last_once``: when no tick is on time, the latest late one is submitted, once, so a
@@ -106,15 +108,17 @@ def ticks(cron: Cron, start: float, end: float) -> Iterator[float]:
 def due(cron: Cron, after: float | None, now: float, missed: Missed = "skip",
         grace_s: float = DEFAULT_GRACE_S) -> list[float]:
     """The ticks to submit now, oldest first (module doc): the on-time ticks in
-    `(after, now]`, else under ``run_last_once`` the latest late one."""
-    since = now - grace_s if after is None else max(after, now - grace_s)
-    on_time = list(deque(ticks(cron, since, now), maxlen=MAX_CATCH_UP))
-    if on_time or missed == "skip":
-        return on_time
+    `(after, now]` (just started: the latest, if on time), else under ``run_last_once`` the
+    latest late one."""
+    if after is not None:
+        on_time = list(deque(ticks(cron, max(after, now - grace_s), now),
+                             maxlen=MAX_CATCH_UP))
+        if on_time or missed == "skip":
+            return on_time
     last = last_tick(cron, now)
     if last is None or (after is not None and last <= after):
         return []
-    return [last]
+    return [last] if now - last <= grace_s or missed == "run_last_once" else []
 
 
 def tick_batch_id(name: str, tick: float) -> str:

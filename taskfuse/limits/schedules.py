@@ -8,7 +8,7 @@
         payload: {full: true}         #   ... with this payload (default: the tick)
         # tasks: [{kind: a, payload: 1}, {kind: b}]   # ... or a batch of several
         missed: skip                  # a tick missed while no worker ran: skip | run_last_once
-        grace_s: 60                   # how late a tick may be and still run under skip
+        grace_s: 60                   # how late a tick may be and still count as on time
         cap: 10                       # the batch's cap
 
 The rules of ticks, DST and missed ticks are `taskfuse.core.ticks`'s; this module looks the

@@ -187,9 +187,38 @@ class ScheduleLoop:
         created = any(t.created_at == now for t in tasks)
         if created:
             self.submitted += 1
-            log.info("schedule %s: submitted batch %s (%d tasks)", s.name, batch_id,
+            log.info("schedule %s: submitted batch %s (tasks: %d)", s.name, batch_id,
                      len(tasks))
         else:
             self.found += 1
             log.debug("schedule %s: batch %s was already submitted", s.name, batch_id)
         return created
+
+
+def schedule_rows(schedules: Mapping[str, Schedule], store: Any, now: float
+                  ) -> list[dict[str, Any]]:
+    """What `taskfuse status` shows of each schedule: its rule, its next tick, and the
+    batch of its latest tick with that batch's status ("missing" if no worker put it in)."""
+    from taskfuse.core.states import derive_batch_status
+    from taskfuse.core.ticks import last_tick
+
+    rows = []
+    for name, s in sorted(schedules.items()):
+        upcoming, latest = next_tick(s.cron, now), last_tick(s.cron, now)
+        row: dict[str, Any] = {
+            "schedule": name, "cron": s.cron.expr, "tz": s.tz, "missed": s.missed,
+            "next_tick": _iso(upcoming, s), "last_batch": None, "last_status": None}
+        if latest is not None:
+            batch_id = tick_batch_id(name, latest)
+            counts = store.counts(batch_id)
+            row["last_batch"] = batch_id
+            row["last_status"] = (derive_batch_status(counts).value
+                                  if store.get_batch(batch_id) is not None or any(
+                                      counts.values()) else "missing")
+        rows.append(row)
+    return rows
+
+
+def _iso(t: float | None, s: Schedule) -> str | None:
+    """A tick as local time in the schedule's zone, with its offset."""
+    return None if t is None else datetime.fromtimestamp(t, s.cron.tz).isoformat()

@@ -79,7 +79,10 @@ def test_a_loop_woken_late_submits_every_tick_still_on_time() -> None:
     every_second = Cron("* * * * * *", PARIS)
     assert due(every_second, 100.2, 103.7, "skip", grace_s=60) == [101.0, 102.0, 103.0]
     assert due(every_second, 100.2, 103.7, "skip", grace_s=1.5) == [103.0]
-    assert due(every_second, None, 100.5, "skip", grace_s=2) == [99.0, 100.0]
+    # a worker that just started takes the latest on-time tick only, never a back-fill
+    assert due(every_second, None, 100.5, "skip", grace_s=2) == [100.0]
+    assert due(every_second, None, 100.5, "skip", grace_s=0.4) == []
+    assert due(every_second, None, 100.5, "run_last_once", grace_s=0.4) == [100.0]
 
 
 def test_ticks_missed_while_no_worker_ran_follow_the_policy() -> None:

@@ -3,9 +3,11 @@ many workers try, and the real loop woken at its ticks."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +109,10 @@ def test_four_workers_asking_at_every_tick_submit_each_batch_once(tmp_path: Path
     for second in range(10):
         for loop in loops:  # every worker wakes a little after the tick, in any order
             loop.step(start + second + 0.01 * (1 + loops.index(loop)))
-    # the first to wake also submits the ticks of the last grace_s (5 s) before it started
-    assert sum(loop.submitted for loop in loops) == 14 + 1
-    assert sum(loop.found for loop in loops) == 3 * (14 + 1)
+    assert sum(loop.submitted for loop in loops) == 10 + 1
+    assert sum(loop.found for loop in loops) == 3 * (10 + 1)
     every = sorted(b for b in store.batch_ids() if b.startswith("every-second@"))
-    assert every == [tick_batch_id("every-second", start + i) for i in range(-4, 10)]
+    assert every == [tick_batch_id("every-second", start + i) for i in range(10)]
     assert all(store.counts(b)[TaskStatus.PENDING] == 1 for b in every)
     batch = store.get_batch(every[-1])
     assert batch is not None and batch.meta == {"schedule": "every-second", "tick": start + 9}
@@ -139,3 +140,32 @@ def test_a_runner_submits_at_its_ticks_and_runs_them(tmp_path: Path, make_runner
     done = [t for b in batches for t in store.batch_tasks(b)]
     assert {t.result["p"] for t in done if t.status is TaskStatus.SUCCESS} == {1}
     assert runner.schedule_loop.submitted == len(batches)
+
+
+def test_status_lists_the_schedules_with_their_next_tick(tmp_path: Path, capsys: Any) -> None:
+    from taskfuse.cli import main
+
+    db, limits = tmp_path / "t.db", tmp_path / "limits.yaml"
+    limits.write_text(LIMITS)
+    store = SQLiteStore(db)
+    app = _app()
+    app.configure(parse_limits(LIMITS))
+    now = time.time()
+    ScheduleLoop(_Host(app, store), [app.schedules["every-second"]], threading.Event()).step(now)
+    store.close()
+    args = ["status", "--store", f"sqlite:///{db}", "--app", "tests.runtime.schedule_app:app",
+            "--limits", str(limits)]
+    assert main([*args, "--json"]) == 0
+    rows = {r["schedule"]: r for r in json.loads(capsys.readouterr().out)["schedules"]}
+    assert sorted(rows) == ["every-second", "nightly"]
+    assert rows["nightly"]["tz"] == "Europe/Paris" and rows["nightly"]["missed"] == \
+        "run_last_once"
+    assert rows["nightly"]["next_tick"].endswith(("T02:00:00+01:00", "T02:00:00+02:00"))
+    assert rows["nightly"]["last_status"] == "missing"  # no worker ran last night
+    second = rows["every-second"]
+    assert second["last_batch"].startswith("every-second@") and second["next_tick"] > \
+        datetime.fromtimestamp(now, UTC).isoformat()
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "SCHEDULE" in table and "0 2 * * *" in table and "missing" in table
+    assert main([*args[:-1], str(tmp_path / "none.yaml")]) == 2
