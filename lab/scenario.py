@@ -248,6 +248,8 @@ class Arrival(Strict):
     tz: str | None = None
     origin: str | None = None
     per_tick: Annotated[int, Field(ge=1)] = 1
+    #: Scenario seconds per second of the cron's clock (`lab loadtest --time-scale` sets it)
+    tick_scale: PosFloat = 1.0
 
     @model_validator(mode="after")
     def _needs(self) -> Arrival:

@@ -5,7 +5,8 @@ Virtual time 0 is the wall-clock instant `arrival.origin` (an ISO time with its 
 "0 2 * * *" in Europe/Paris lands 7,200 s into a run whose origin is midnight in Paris, and a
 DST change inside the run moves the ticks exactly as it moves a worker's
 (`taskfuse.core.ticks`: the runtime's schedule role walks the same ticks). Each tick brings
-`per_tick` tasks until the batch's `count` is reached or the horizon ends.
+`per_tick` tasks until the batch's `count` is reached or the horizon ends. A load test run
+at `--time-scale F` reads the cron's clock F times as fast (`tick_scale`).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ def check_cron_arrival(cron: str | None, tz: str | None, origin: str | None) -> 
 
 def cron_arrivals(arrival: Any, count: int, horizon_s: float) -> Iterator[tuple[float, int, int]]:
     """`(time, first, end)` groups: tasks `first..end-1` arrive at a tick (virtual time)."""
-    origin = origin_of(arrival.origin)
+    origin, scale = origin_of(arrival.origin), arrival.tick_scale
     cron = cron_in(arrival.cron, arrival.tz)
     first = 0
-    for tick in ticks(cron, origin + arrival.start_s - 1e-6, origin + horizon_s):
+    for tick in ticks(cron, origin + arrival.start_s / scale - 1e-6,
+                      origin + horizon_s / scale):
         if first >= count:
             return
         end = min(count, first + arrival.per_tick)
-        yield tick - origin, first, end
+        yield (tick - origin) * scale, first, end
         first = end

@@ -68,3 +68,14 @@ def test_a_bad_cron_arrival_is_one_line(change: dict[str, str], message: str) ->
                            per_tick=1, horizon=10).replace("tz: Europe/Paris,", "")
     with pytest.raises(ScenarioError, match="a cron arrival needs cron, tz and origin"):
         parse_scenario(text)
+
+
+def test_a_load_test_at_a_time_scale_runs_the_ticks_as_fast() -> None:
+    from lab.loadtest.scale import scale_scenario
+
+    sc = _scenario(cron="*/10 * * * *", origin="2026-12-01T00:05:00+01:00", count=5,
+                   per_tick=2, horizon=3_600)
+    fast = scale_scenario(sc, 0.1)
+    [batch] = fast.batches
+    groups = list(arrivals(batch.arrival, batch.count, fast.horizon_s, random.Random(0)))
+    assert groups == [(30.0, 0, 2), (90.0, 2, 4), (150.0, 4, 5)]
