@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from lab.model.arrivals import arrivals
 from lab.run import run_scenario
 from lab.scenario import ScenarioError, parse_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCENARIO = """
 name: cron
@@ -79,3 +84,14 @@ def test_a_load_test_at_a_time_scale_runs_the_ticks_as_fast() -> None:
     [batch] = fast.batches
     groups = list(arrivals(batch.arrival, batch.count, fast.horizon_s, random.Random(0)))
     assert groups == [(30.0, 0, 2), (90.0, 2, 4), (150.0, 4, 5)]
+
+
+@pytest.mark.slow
+def test_the_shipped_scenario_keeps_its_slo_at_night_and_breaks_it_at_dawn() -> None:
+    def simulate(*more: str) -> int:
+        return subprocess.run(
+            [sys.executable, "-m", "lab.cli", "simulate", "scenarios/nightly-and-day.yaml",
+             "--no-trace", *more], cwd=ROOT, capture_output=True, text=True).returncode
+
+    assert simulate() == 0
+    assert simulate("--set", "batches.sync.arrival.cron=30 6 * * *") == 1
