@@ -65,7 +65,11 @@ class Schedule:
     builder: Builder | None = None
 
     def build(self, app: Any, tick: float) -> list[TaskSpec]:
-        """The specs of the batch at `tick`, keyed for the store's dedupe."""
+        """The specs of the batch at `tick`, keyed for the store's dedupe, each with a task
+        id of this process's own (unless the builder chose one): a submit answered with
+        another id was another worker's."""
+        from taskfuse.runtime.app import new_task_id  # the app module imports this one
+
         at = datetime.fromtimestamp(tick, self.cron.tz)
         if self.builder is not None:
             specs = list(self.builder(at))
@@ -74,7 +78,8 @@ class Schedule:
             specs = [app.spec(kind, payload if payload is not None else
                               {"schedule": self.name, "tick": at.isoformat()})
                      for kind, payload in pairs]
-        return [replace(spec, idempotency_key=tick_key(self.name, tick, i))
+        return [replace(spec, idempotency_key=tick_key(self.name, tick, i),
+                        task_id=spec.task_id or new_task_id())
                 for i, spec in enumerate(specs)]
 
     @property
@@ -137,6 +142,7 @@ class ScheduleLoop:
         self.found = 0
 
     def run(self) -> None:
+        log.info("schedules: %s", "; ".join(s.describe() for s in self.schedules))
         while not self.closing.is_set() and not self.runner.stopping:
             wake = self.step(self.runner.clock())
             self.closing.wait(max(0.0, min(wake - self.runner.clock(), MAX_SLEEP_S)))
@@ -184,7 +190,8 @@ class ScheduleLoop:
                                                             "tick": tick}))
         tasks = app.submit_to(runner.scheduler, specs, now, batch_id)
         runner.work_changed()
-        created = any(t.created_at == now for t in tasks)
+        # not `created_at == now`: two workers woken by one timer may read the same clock
+        created = any(t.task_id == spec.task_id for t, spec in zip(tasks, specs, strict=True))
         if created:
             self.submitted += 1
             log.info("schedule %s: submitted batch %s (tasks: %d)", s.name, batch_id,

@@ -169,3 +169,42 @@ def test_status_lists_the_schedules_with_their_next_tick(tmp_path: Path, capsys:
     table = capsys.readouterr().out
     assert "SCHEDULE" in table and "0 2 * * *" in table and "missing" in table
     assert main([*args[:-1], str(tmp_path / "none.yaml")]) == 2
+
+
+def test_a_builder_that_raises_loses_its_tick_only(tmp_path: Path, caplog: Any) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    app = App("flaky")
+    app.task("tick")(lambda ctx, payload: payload)
+    calls: list[float] = []
+
+    @app.periodic("* * * * * *", tz="UTC", name="flaky")
+    def build(at: datetime) -> list[TaskSpec]:
+        calls.append(at.timestamp())
+        if len(calls) == 1:
+            raise RuntimeError("the catalogue is not reachable")
+        return [app.spec("tick", {"at": at.isoformat()})]
+
+    loop = ScheduleLoop(_Host(app, store), list(app.schedules.values()), threading.Event())
+    start = 1_800_000_000.0
+    assert loop.step(start + 0.1) == start + 1  # the failed tick is not retried
+    assert loop.step(start + 1.1) == start + 2
+    assert calls == [start, start + 1]
+    assert sorted(store.batch_ids()) == [tick_batch_id("flaky", start + 1)]
+    assert "building batch flaky@2027-01-15T08:00:00Z failed; tick skipped" in caplog.text
+    store.close()
+
+
+def test_two_workers_waking_at_the_same_instant_still_create_a_tick_once(
+        tmp_path: Path) -> None:
+    """Two processes woken by one timer can read the same clock value: the second must not
+    take the first's task (created at that same instant) for its own."""
+    store = SQLiteStore(tmp_path / "t.db")
+    app = _app()
+    loops = [ScheduleLoop(_Host(app, store), list(app.schedules.values()), threading.Event())
+             for _ in range(2)]
+    now = 1_800_000_000.25
+    for loop in loops:
+        loop.step(now)
+    assert [loop.submitted for loop in loops] == [1, 0]
+    assert [loop.found for loop in loops] == [0, 1]
+    store.close()
