@@ -151,9 +151,11 @@ class ScheduleLoop:
         """Submit every due tick; answer when to look again."""
         wake = now + MAX_SLEEP_S
         for s in self.schedules:
-            after = self.after[s.name]
-            if not all(self._tick(s, tick, now)
-                       for tick in due(s.cron, after, now, s.missed, s.grace_s)):
+            failed = next((tick for tick in due(s.cron, self.after[s.name], now, s.missed,
+                                                s.grace_s)
+                           if not self._tick(s, tick, now)), None)
+            if failed is not None:  # from it on, every tick still on time is tried again
+                self.after[s.name] = min(self.after[s.name] or failed, failed) - 1e-3
                 wake = min(wake, now + RETRY_S)
                 continue
             self.after[s.name] = now

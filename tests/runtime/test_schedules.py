@@ -208,3 +208,21 @@ def test_two_workers_waking_at_the_same_instant_still_create_a_tick_once(
     assert [loop.submitted for loop in loops] == [1, 0]
     assert [loop.found for loop in loops] == [0, 1]
     store.close()
+
+
+def test_a_tick_the_store_refused_is_tried_again_and_lands_once(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    app = _app()
+    host = _Host(app, SQLiteStore(db))
+    host.store.close()  # the database is gone while the tick comes
+    loop = ScheduleLoop(host, list(app.schedules.values()), threading.Event())
+    start = 1_800_000_000.0
+    assert loop.step(start + 0.1) == start + 0.1 + 1  # again in a second, not at the next tick
+    assert loop.submitted == 0
+    host.store = SQLiteStore(db)  # it is back
+    host.scheduler = app.scheduler(host.store)
+    assert loop.step(start + 1.2) == start + 2
+    assert loop.submitted == 2  # the refused tick, then the one that came meanwhile
+    assert sorted(host.store.batch_ids()) == [tick_batch_id("every-second", start + i)
+                                              for i in range(2)]
+    host.store.close()
