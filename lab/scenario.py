@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from lab.dist import Constant, DistSpec, as_dist
+from lab.model.cron import check_cron_arrival
 from taskfuse.configfile import (
     ConfigError,
     Lines,
@@ -238,10 +239,17 @@ class Arrival(Strict):
     """closed: all at t=start_s; poisson: at `rate` per second (until `count` tasks);
     schedule: Poisson with the rate changing at given times."""
 
-    kind: Literal["closed", "poisson", "schedule"] = "closed"
+    kind: Literal["closed", "poisson", "schedule", "cron"] = "closed"
     start_s: NonNeg = 0.0
     rate: PosFloat | None = None
     steps: list[RateStep] = Field(default_factory=list)
+    #: cron: `per_tick` tasks at each tick of `cron` in `tz`, virtual time 0 being `origin`
+    cron: str | None = None
+    tz: str | None = None
+    origin: str | None = None
+    per_tick: Annotated[int, Field(ge=1)] = 1
+    #: Scenario seconds per second of the cron's clock (`lab loadtest --time-scale` sets it)
+    tick_scale: PosFloat = 1.0
 
     @model_validator(mode="after")
     def _needs(self) -> Arrival:
@@ -249,6 +257,8 @@ class Arrival(Strict):
             raise ValueError("a poisson arrival needs rate")
         if self.kind == "schedule" and not self.steps:
             raise ValueError("a schedule arrival needs steps")
+        if self.kind == "cron":
+            check_cron_arrival(self.cron, self.tz, self.origin)
         return self
 
 

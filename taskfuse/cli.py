@@ -4,7 +4,7 @@
                      [--trace PATH] [--metrics-port P] [--log-json]
     taskfuse submit  --store URL KIND [--payload JSON] [--batch ID --cap N] [--key KEY]
                      [--trace-id TRACE_ID_OR_TRACEPARENT] [--limits FILE]
-    taskfuse status  --store URL [BATCH] [--json]
+    taskfuse status  --store URL [BATCH] [--json] [--app module:obj] [--limits FILE]
     taskfuse cancel  --store URL TASK_OR_BATCH
     taskfuse sweep   --store URL [--limits FILE] [--every S] [--once] [--log-json]
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
@@ -195,6 +195,9 @@ def _add_status(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("status", parents=[common], help="counts by state, per batch")
     p.add_argument("batch", nargs="?", help="one batch (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
+                   help="module:object: also list the app's schedules and their next tick")
+    _limits_arg(p, "also list its schedules and their next tick")
     p.set_defaults(func=cmd_status)
 
 
@@ -532,13 +535,40 @@ def cmd_status(args: argparse.Namespace) -> int:
             rows = [_batch_row(store, b) for b in sorted(store.batch_ids())]
             total = _counts_json(store.counts())
         workers = [] if args.batch else _live_workers(store)
+        schedules = [] if args.batch else _schedules(store, args)
     if args.json:
         _print_json(rows[0] if args.batch else {"counts": total, "batches": rows,
-                                                "workers": [w._asdict() for w in workers]})
+                                                "workers": [w._asdict() for w in workers],
+                                                "schedules": schedules})
         return 0
     _print_table(rows, total)
     _print_workers(workers)
+    _print_schedules(schedules)
     return 0
+
+
+def _schedules(store: Store, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The schedules of --app and --limits (none without them), with their next tick."""
+    if not args.app and not args.limits:
+        return []
+    from taskfuse.runtime.schedules import schedule_rows
+
+    app = load_app(args.app) if args.app else App()
+    limits = load_limits_arg(args.limits)
+    if limits is not None:
+        app.configure(limits)
+    return schedule_rows(app.schedules, store, time.time())
+
+
+def _print_schedules(rows: list[dict[str, Any]]) -> None:
+    """One line per schedule: its rule, its next tick, its latest tick's batch."""
+    if not rows:
+        return
+    print()
+    head = ["SCHEDULE", "CRON", "TZ", "MISSED", "NEXT TICK", "LAST BATCH", "STATUS"]
+    lines = [[r["schedule"], r["cron"], r["tz"], r["missed"], r["next_tick"] or "never",
+              r["last_batch"] or "-", r["last_status"] or "-"] for r in rows]
+    print("\n".join(columns(head, lines, ["left"] * len(head))))
 
 
 def _live_workers(store: Store) -> list[Any]:

@@ -132,7 +132,7 @@ class _Scaler:
 
     def batch(self, batch: Doc) -> None:
         arrival = batch["arrival"]
-        self.t(arrival, "start_s")
+        self.t(arrival, "start_s", "tick_scale")
         self.r(arrival, "rate")
         self.steps(arrival["steps"])
         self.t(batch, "timeout_s")

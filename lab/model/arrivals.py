@@ -15,6 +15,7 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from lab.model.cron import cron_arrivals
 from lab.scenario import Arrival, BatchSpec, CallStep, Scenario, Step
 from taskfuse.core.task import TaskSpec
 
@@ -29,6 +30,9 @@ def arrivals(arrival: Arrival, count: int, horizon_s: float,
     Stops at `count` tasks or at the horizon, whichever comes first.
     """
     start = arrival.start_s
+    if arrival.kind == "cron":  # a batch at each tick of a schedule (lab.model.cron)
+        yield from cron_arrivals(arrival, count, horizon_s)
+        return
     if arrival.kind == "closed":
         if count:
             yield start, 0, count

@@ -46,6 +46,7 @@ from pydantic import (
 )
 
 from taskfuse.core.breaker import BreakerConfig
+from taskfuse.limits.schedules import ScheduleLimits, ScheduleName
 
 PosFloat = Annotated[float, Field(gt=0)]
 NonNeg = Annotated[float, Field(ge=0)]
@@ -330,6 +331,8 @@ class Limits(Strict):
     pools: dict[str, PoolLimits] = Field(default_factory=dict)
     downstreams: dict[str, DownstreamLimits] = Field(default_factory=dict)
     batches: list[BatchLimits] = Field(default_factory=list)
+    #: Batches submitted on a cron schedule, by name (taskfuse.limits.schedules).
+    schedules: dict[ScheduleName, ScheduleLimits] = Field(default_factory=dict)
 
     @field_validator("batches")
     @classmethod

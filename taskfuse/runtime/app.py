@@ -69,6 +69,7 @@ from taskfuse.runtime.fleet import FleetLimits, build_fleet
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import EXECUTORS, fn_reference
 from taskfuse.runtime.procworker import SERIALIZERS
+from taskfuse.runtime.schedules import Schedule, from_limits, periodic_schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 Scope = Literal["process", "fleet"]
@@ -83,7 +84,8 @@ DEFAULT_LEASE_S = 30.0
 
 #: Key paths whose value is a mapping merged key by key when limits are laid over limits;
 #: anything else (a retry policy, a breaker, a rate limit) is replaced whole.
-_MERGED = frozenset({("sweeper",), ("alerts",), ("kinds",), ("pools",), ("downstreams",)})
+_MERGED = frozenset({("sweeper",), ("alerts",), ("kinds",), ("pools",), ("downstreams",),
+                     ("schedules",)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,7 @@ class App:
         self._moved: dict[tuple[str, str], TaskDef] = {}  # kinds the limits move (executor)
         self._policy = policy
         self._policies: dict[str, RetryPolicy] = {}
+        self._periodic: dict[str, Schedule] = {}  # schedules declared in code
         code: dict[str, Any] = {}
         if limits is None and lease_s is _UNSET:
             lease_s = DEFAULT_LEASE_S
@@ -197,6 +200,38 @@ class App:
             return fn
 
         return register
+
+    def periodic(self, cron: str, *, tz: str, name: str | None = None, payload: Any = None,
+                 missed: str = "skip", grace_s: float | None = None,
+                 cap: int | None = None) -> Callable[[F], F]:
+        """Submit a batch at each tick of `cron` read in the zone `tz` (required: explicit).
+
+        On a task (above ``@app.task(KIND)``): one task of KIND per tick, its payload
+        `payload` or ``{"schedule": NAME, "tick": ISO}``. On any other function: the function
+        builds the batch, ``fn(tick: datetime) -> list[TaskSpec]``. `name` (default: the
+        kind, or the function's name) keys each tick's batch, so every worker may submit it
+        and exactly one batch per tick gets in. `missed`: "skip" or "run_last_once" for a
+        tick missed while no worker ran (`taskfuse.core.ticks`). RuntimeConfigError for a bad
+        expression, zone or policy, or a name taken.
+        """
+        def register(fn: F) -> F:
+            kind = next((k for k, d in self.tasks.items() if d.fn is fn), None)
+            sname = name or kind or fn.__name__
+            doc = {"cron": cron, "tz": tz, "kind": kind or sname, "missed": missed, "cap": cap,
+                   **({"grace_s": grace_s} if grace_s is not None else {})}
+            limits = _validated({"schedules": {sname: doc}}, f"app {self.name!r}")
+            schedule = periodic_schedule(sname, limits.schedules[sname], kind, fn, payload)
+            if schedule.name in self._periodic:
+                raise RuntimeConfigError(f"schedule {schedule.name!r} is already declared")
+            self._periodic[schedule.name] = schedule
+            return fn
+
+        return register
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Every schedule by name: those declared in code, and the limits' (which win)."""
+        return {**self._periodic, **from_limits(self.limits.schedules)}
 
     def downstream(
         self,

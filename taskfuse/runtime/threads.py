@@ -76,6 +76,7 @@ from taskfuse.runtime.fleet import FleetLimits
 from taskfuse.runtime.logs import TaskOutput
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import ProcessPool
+from taskfuse.runtime.schedules import schedule_role
 from taskfuse.store import StoreError, StoreFull, StoreUnavailable, bounded
 from taskfuse.store.memory import LockedStore, MemoryStore
 
@@ -228,6 +229,7 @@ class Runner:
             raise RuntimeError("runner already started")
         if self.procs.preload:  # a task's timeout runs from its claim: import before one
             self.procs.warm()
+        schedules = schedule_role(self, self._closing)  # an unknown kind: refused here
         self._started = True
         self._started_at = self.clock()
         if self._trace_path is not None:
@@ -241,6 +243,8 @@ class Runner:
         self._threads.append(self._spawn(self._claim_loop, "taskfuse-claimer"))
         self._threads.append(self._spawn(self._watch, "taskfuse-watchdog"))
         self._threads.append(self._spawn(self._beat, "taskfuse-heartbeat"))
+        if schedules is not None:
+            self._threads.append(self._spawn(schedules.run, "taskfuse-schedules"))
         if self._listen:  # not joined at shutdown: it may sit in the store's wait a while
             self._spawn(self._listen_loop, "taskfuse-listener")
         if self._tracer is not None:
