@@ -166,6 +166,14 @@ class WorkStep(Strict):
     work: Dist
 
 
+class CpuStep(Strict):
+    """CPU the task's own code spends (parsing, hashing). On a thread or process kind it is
+    the same as `work`: the worker is busy. On an `async` kind it holds the worker's event
+    loop: coroutines that want the loop meanwhile wait for it (the loop's lag)."""
+
+    cpu: Dist
+
+
 class DbSpec(Strict):
     pool: str
     query: Dist
@@ -212,11 +220,11 @@ class HangStep(Strict):
     hang: HangSpec
 
 
-STEP_KINDS = ("work", "db", "call", "hang")
+STEP_KINDS = ("work", "cpu", "db", "call", "hang")
 
 
 def _step_tag(value: Any) -> str | None:
-    """Which kind of step a mapping is, by its one key (work, db, call or hang)."""
+    """Which kind of step a mapping is, by its one key (work, cpu, db, call or hang)."""
     if isinstance(value, dict):
         keys = [k for k in STEP_KINDS if k in value]
         return keys[0] if len(keys) == 1 else None
@@ -225,12 +233,13 @@ def _step_tag(value: Any) -> str | None:
 
 Step = Annotated[
     Annotated[WorkStep, Tag("work")]
+    | Annotated[CpuStep, Tag("cpu")]
     | Annotated[DbStep, Tag("db")]
     | Annotated[CallStep, Tag("call")]
     | Annotated[HangStep, Tag("hang")],
     Discriminator(_step_tag, custom_error_type="step_kind",
-                  custom_error_message="a step is one of {work: ...}, {db: ...}, {call: ...} "
-                                       "or {hang: ...}"),
+                  custom_error_message="a step is one of {work: ...}, {cpu: ...}, {db: ...}, "
+                                       "{call: ...} or {hang: ...}"),
 ]
 
 
