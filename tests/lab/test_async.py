@@ -256,3 +256,59 @@ def test_same_seed_same_bytes(tmp_path) -> None:
     assert answer["cancelled"] > 0 and answer["loop_lag_s"]["max"] > 0
     assert _report(scenario) == first
     assert _report(scenario, "--seed", "7") != first
+
+
+CHOOSE = """
+name: choose
+horizon_s: 600
+workers: 10
+task_timeout_s: 2
+watchdog_interval_s: 5
+stuck_threads_max: 0
+retry: {max_retry: 1, backoff: {kind: none}}
+kinds:
+  sync: {executor: thread}
+batches:
+  - id: b
+    kind: sync
+    count: 40
+    program:
+      - work: 1
+      - hang: {probability: 0.25, duration: 100}
+slo: {makespan_s: 20}
+"""
+
+
+def _size(tmp_path, *args: str) -> tuple[int, str, str]:
+    scenario = tmp_path / "choose.yaml"
+    scenario.write_text(CHOOSE)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["size", str(scenario), "--seeds", "1", "--jobs", "1", "--progress",
+                     "never", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_lab_size_answers_threads_or_async_and_how_many(tmp_path) -> None:
+    """A quarter of the tasks hang for 100 s: on threads each hang keeps a worker (none
+    replaced), so no worker count finishes in 20 s; as coroutines each is cancelled at 2 s."""
+    code, out, _ = _size(tmp_path, "--threads-or-async", "sync", "--vary", "workers=5,10,20",
+                         "--vary", "async_concurrency=5,10,20", "--minimize", "makespan_s",
+                         "--json", "--write-limits", str(tmp_path / "limits.yaml"))
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["answer"] == "async"
+    assert not answer["thread"]["recommended"]["feasible"]
+    assert answer["async"]["recommended"]["feasible"]
+    assert answer["async"]["recommended"]["values"] == {"async_concurrency": 20}
+    assert "kinds.sync.executor=async" in answer["async"]["apply"]
+    written = (tmp_path / "limits.yaml").read_text()
+    assert "executor: async" in written and "async_concurrency: 20" in written
+
+
+def test_lab_size_threads_or_async_needs_a_count_for_each_side(tmp_path) -> None:
+    code, _, err = _size(tmp_path, "--threads-or-async", "sync", "--vary", "workers=5,10",
+                         "--minimize", "makespan_s")
+    assert code == 2
+    assert err == "lab: --threads-or-async: give --vary async_concurrency=... (the async " \
+                  "side)\n"
