@@ -312,3 +312,12 @@ def test_lab_size_threads_or_async_needs_a_count_for_each_side(tmp_path) -> None
     assert code == 2
     assert err == "lab: --threads-or-async: give --vary async_concurrency=... (the async " \
                   "side)\n"
+
+
+def test_coroutines_in_flight_do_not_count_as_running_above_the_workers() -> None:
+    """Three coroutines on 2 workers' worth of threads are within the limit: the running
+    alert's threshold counts the loop's slots too (workers + async_concurrency)."""
+    run = simulate(TINY.format(executor="async", slots=3, count=7, step="work", seconds=1.0,
+                               cap="") + "alerts: {running_for_s: 0.5}\n")
+    assert run.report["async"]["peak_in_flight"] == 3
+    assert run.report["alerts"] == []
