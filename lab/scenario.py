@@ -210,7 +210,8 @@ class HangSpec(Strict):
     ignoring cancellation (a socket read without a timeout, a deadlocked library call).
     Under the `thread` executor its worker stays busy ("stuck") until the hang ends, long
     after the watchdog timed the attempt out; under `process` the worker process is killed
-    at the timeout and respawned."""
+    at the timeout and respawned; under `async` it is an await that never returns in time,
+    and the coroutine is cancelled at the timeout (its slot free at once)."""
 
     probability: Annotated[float, Field(ge=0, le=1)]
     duration: Dist
