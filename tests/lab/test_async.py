@@ -218,7 +218,7 @@ def test_coroutines_that_only_await_wait_as_c_worker_threads_do() -> None:
 def _report(path, *extra: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        main(["simulate", str(path), "--json", "--no-trace", *extra])
+        main(["simulate", str(path), "--json", *extra])
     report = json.loads(out.getvalue())
     report.pop("wall_s")
     return json.dumps(report, sort_keys=True)
@@ -251,11 +251,14 @@ batches:
 def test_same_seed_same_bytes(tmp_path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(MESSY)
-    first = _report(scenario)
+    first = _report(scenario, "--no-trace")
     answer = json.loads(first)["async"]
     assert answer["cancelled"] > 0 and answer["loop_lag_s"]["max"] > 0
-    assert _report(scenario) == first
-    assert _report(scenario, "--seed", "7") != first
+    assert _report(scenario, "--no-trace") == first
+    assert _report(scenario, "--no-trace", "--seed", "7") != first
+    for name in ("1.trace", "2.trace"):
+        _report(scenario, "--trace", str(tmp_path / name))
+    assert (tmp_path / "1.trace").read_bytes() == (tmp_path / "2.trace").read_bytes()
 
 
 CHOOSE = """
