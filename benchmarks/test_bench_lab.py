@@ -102,3 +102,40 @@ def test_lab_with_trace(benchmark, n: int, tmp_path) -> None:
                                 rounds=3, iterations=1)
     benchmark.extra_info.update(tasks=n, trace_bytes=(tmp_path / "t.trace").stat().st_size)
     assert result.report["finished"]
+
+
+def _fleet(n: int, executor: str):
+    """scenarios/fleet-async.yaml at n SKUs, its kind on `executor`, at the same concurrency
+    both ways (2,000 threads or 2,000 coroutines), so the two runs differ only in how the
+    lab models the executor."""
+    return load_scenario("scenarios/fleet-async.yaml",
+                         [f"batches.skus.count={n}", f"kinds.sync.executor={executor}",
+                          "workers=2000"])
+
+
+@pytest.mark.parametrize("n", [5_000, 20_000])
+def test_async_vs_thread_model(benchmark, n: int) -> None:
+    """What the coroutine model costs over the thread model on the same job: CPU medians of
+    the two run alternately, their ratio, and simpy events per task of each."""
+    scenarios = {e: _fleet(n, e) for e in ("async", "thread")}
+    cpu: dict[str, list[float]] = {e: [] for e in scenarios}
+    events: dict[str, int] = {}
+
+    def both() -> Simulation:
+        for executor, sc in scenarios.items():
+            t = time.process_time()
+            sim = Simulation(sc).run()
+            cpu[executor].append(time.process_time() - t)
+            events[executor] = sim.simpy_events
+        return sim
+
+    benchmark.group = "async vs thread model (fleet-async)"
+    sim = benchmark.pedantic(both, rounds=3, iterations=1)
+    a, t = statistics.median(cpu["async"]), statistics.median(cpu["thread"])
+    benchmark.extra_info.update(
+        tasks=n, async_median_s=round(a, 3), thread_median_s=round(t, 3),
+        ratio=round(a / t, 3),
+        async_events_per_task=round(events["async"] / n, 2),
+        thread_events_per_task=round(events["thread"] / n, 2),
+    )
+    assert sim.ended_at is not None

@@ -6,7 +6,7 @@
     lab sweep FILE --vary key.path=LIST|FROM..TO:STEP ... [--seeds N] [--jobs J]
                    [--metric PATH ...] [--out PREFIX] [--plot FILE.png]
     lab size FILE --vary ... [--slo 'PATH<=NUMBER' ...] (--maximize M | --minimize M)
-                  [--write-limits FILE]
+                  [--write-limits FILE] [--threads-or-async KIND]
     lab plot TRACE -o FILE.png [--vs OTHER_TRACE]
     lab loadtest FILE [--time-scale F] [--store URL] [--json] [--trace PATH | --no-trace]
     lab compare FILE [--time-scale F] [--tolerance X]
@@ -144,6 +144,9 @@ def _size_parser(sub: Any) -> None:
     p.add_argument("--write-limits", metavar="FILE", default=None,
                    help="write the recommended limits to FILE (for taskfuse worker --limits); "
                         "nothing is written when no point keeps the constraints")
+    p.add_argument("--threads-or-async", metavar="KIND", default=None,
+                   help="size KIND on worker threads (--vary workers=...) and as coroutines "
+                        "(--vary async_concurrency=...) and answer which keeps the SLOs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,6 +361,8 @@ def size_cmd(args: argparse.Namespace) -> int:
         raise ScenarioError(f"--write-limits {target}: the directory "
                             f"{str(target.parent)!r} does not exist")
     constraints = [parse_constraint(text) for text in args.slo]
+    if args.threads_or_async is not None:
+        return _threads_or_async(args, constraints, target)
     plan, skeleton, extra, store = _space(args)
     for c in constraints:
         check_metric(skeleton, c.path, "--slo")
@@ -385,6 +390,55 @@ def size_cmd(args: argparse.Namespace) -> int:
               if written is not None else f"no limits written to {target}: no point keeps "
               "every constraint", file=sys.stderr)
     return 0 if result.best.feasible else 1
+
+
+def _threads_or_async(args: argparse.Namespace, constraints: list[Any],
+                      target: Path | None) -> int:
+    """`lab size --threads-or-async KIND`: one search per executor (lab/choice.py)."""
+    from lab import choice, size
+    from lab.executors import make_executor
+    from lab.metrics_expr import check_metric
+    from lab.sweep import Evaluator, RunStore, default_metrics, report_skeleton
+
+    plans = choice.plans(args.file, args.threads_or_async, args.overrides, args.vary,
+                         args.seeds, args.seed, args.limits)
+    goal = size.objective(args.maximize, args.minimize)
+    results = {}
+    extra: list[str] = []
+    for executor, plan in plans.items():
+        skeleton = report_skeleton(plan.scenario)
+        extra = [check_metric(skeleton, m) for m in args.metric]
+        for c in constraints:
+            check_metric(skeleton, c.path, "--slo")
+        check_metric(skeleton, goal.path, "--maximize" if args.maximize else "--minimize")
+        checks = [*constraints, size.FINISHED]
+        if not args.no_file_slo and plan.scenario.slo.model_dump(exclude_none=True):
+            checks.append(size.FILE_SLO)
+        out = f"{args.out}-{executor}" if args.out else None
+        store = RunStore(plan, extra or default_metrics(skeleton), out)
+        jobs = min(args.jobs, max(1, plan.size() * len(plan.seeds)))
+        evaluator = Evaluator(plan, store, make_executor(args.executor, jobs, args.scheduler),
+                              progress=_progress(args))
+        try:
+            results[executor] = size.Search(plan, evaluator, checks, goal, args.budget).run()
+        except KeyboardInterrupt:
+            return _interrupted(store, evaluator.ran)
+        finally:
+            evaluator.executor.close()
+    answer = choice.choose(args.threads_or_async, results)
+    written = None
+    if answer.answer is not None:
+        written = _write_limits(results[answer.answer], target, args.argv)
+    if args.json:
+        data = choice.as_json(answer, extra)
+        data["limits_file"] = str(written) if written is not None else None
+        print(json.dumps(data, indent=2))
+    else:
+        sys.stdout.write(choice.render(answer, extra))
+    if target is not None and written is None:
+        print(f"no limits written to {target}: neither executor keeps every constraint",
+              file=sys.stderr)
+    return 0 if answer.answer is not None else 1
 
 
 def _write_limits(result: Any, target: Path | None, argv: list[str]) -> Path | None:

@@ -69,6 +69,8 @@ def build_report(sim: Simulation) -> dict[str, Any]:
             for rule, fired, resolved in sim.alerts.history
         ],
     }
+    if sim.loop is not None:  # only a scenario with async kinds has the section
+        report["async"] = _async(sim)
     report["slo"] = check_slo(sim, report)
     return report
 
@@ -81,6 +83,27 @@ def _stuck(stats: Any, now: float) -> dict[str, Any]:
         "mean": _r(stats.stuck_area / now if now else 0.0),
         "replaced": stats.replaced,
         "retired": stats.retired,
+    }
+
+
+def _async(sim: Simulation) -> dict[str, Any]:
+    """The event loop of the async executor: coroutine slots, cancels, and its lag (a
+    coroutine's wait for the loop while others' CPU held it; None without `cpu` steps)."""
+    loop = sim.loop
+    assert loop is not None
+    lags = loop.lags
+    return {
+        "async_concurrency": loop.capacity,
+        "kinds": dict(sorted(loop.caps.items())),
+        "coroutines": loop.started,
+        "peak_in_flight": loop.peak,
+        "cancelled": loop.cancelled,
+        "loop_busy_share": _r(loop.busy_s / sim.now if sim.now else 0.0),
+        "loop_lag_s": {
+            "p50": _r(percentile(lags, 50)) if lags else None,
+            "p99": _r(percentile(lags, 99)) if lags else None,
+            "max": _r(max(lags)) if lags else None,
+        },
     }
 
 
@@ -210,6 +233,16 @@ def render_text(report: dict[str, Any]) -> str:
         f"{_fmt(r['run_s']['p50'], ' s')}  p99 {_fmt(r['run_s']['p99'], ' s')}",
         f"simpy events    {r['events']}  ({r['events_per_task']} per task)",
     ]
+    if "async" in r:
+        a = r["async"]
+        lag = a["loop_lag_s"]
+        lines += [
+            f"event loop      coroutines {a['coroutines']}  peak in flight "
+            f"{a['peak_in_flight']} of {a['async_concurrency']}  cancelled {a['cancelled']}  "
+            f"busy {_fmt(a['loop_busy_share'])}",
+            f"loop lag        p50 {_fmt(lag['p50'], ' s')}  p99 {_fmt(lag['p99'], ' s')}  "
+            f"max {_fmt(lag['max'], ' s')}",
+        ]
     if r["downstreams"]:
         lines += ["", "downstream      calls      ok     429  errors timeouts  in-flight  "
                       "breaker  peak-rps (100ms)  limit (rule of thumb)"]

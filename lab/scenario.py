@@ -167,6 +167,14 @@ class WorkStep(Strict):
     work: Dist
 
 
+class CpuStep(Strict):
+    """CPU the task's own code spends (parsing, hashing). On a thread or process kind it is
+    the same as `work`: the worker is busy. On an `async` kind it holds the worker's event
+    loop: coroutines that want the loop meanwhile wait for it (the loop's lag)."""
+
+    cpu: Dist
+
+
 class DbSpec(Strict):
     pool: str
     query: Dist
@@ -203,7 +211,8 @@ class HangSpec(Strict):
     ignoring cancellation (a socket read without a timeout, a deadlocked library call).
     Under the `thread` executor its worker stays busy ("stuck") until the hang ends, long
     after the watchdog timed the attempt out; under `process` the worker process is killed
-    at the timeout and respawned."""
+    at the timeout and respawned; under `async` it is an await that never returns in time,
+    and the coroutine is cancelled at the timeout (its slot free at once)."""
 
     probability: Annotated[float, Field(ge=0, le=1)]
     duration: Dist
@@ -213,11 +222,11 @@ class HangStep(Strict):
     hang: HangSpec
 
 
-STEP_KINDS = ("work", "db", "call", "hang")
+STEP_KINDS = ("work", "cpu", "db", "call", "hang")
 
 
 def _step_tag(value: Any) -> str | None:
-    """Which kind of step a mapping is, by its one key (work, db, call or hang)."""
+    """Which kind of step a mapping is, by its one key (work, cpu, db, call or hang)."""
     if isinstance(value, dict):
         keys = [k for k in STEP_KINDS if k in value]
         return keys[0] if len(keys) == 1 else None
@@ -226,12 +235,13 @@ def _step_tag(value: Any) -> str | None:
 
 Step = Annotated[
     Annotated[WorkStep, Tag("work")]
+    | Annotated[CpuStep, Tag("cpu")]
     | Annotated[DbStep, Tag("db")]
     | Annotated[CallStep, Tag("call")]
     | Annotated[HangStep, Tag("hang")],
     Discriminator(_step_tag, custom_error_type="step_kind",
-                  custom_error_message="a step is one of {work: ...}, {db: ...}, {call: ...} "
-                                       "or {hang: ...}"),
+                  custom_error_message="a step is one of {work: ...}, {cpu: ...}, {db: ...}, "
+                                       "{call: ...} or {hang: ...}"),
 ]
 
 

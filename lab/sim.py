@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,14 +27,24 @@ from typing import Any
 import simpy
 
 from lab.calls import Downstream
+from lab.coroutines import EventLoop
 from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
 from lab.model.business import BusinessTraffic
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT, Pool
 from lab.model.provider import Provider
-from lab.scenario import BatchSpec, CallStep, DbStep, HangStep, Scenario, Step, WorkStep
+from lab.scenario import (
+    BatchSpec,
+    CallStep,
+    CpuStep,
+    DbStep,
+    HangStep,
+    Scenario,
+    Step,
+    WorkStep,
+)
 from lab.store import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
-from taskfuse.core.events import Event, EventKind, thread_wait
+from taskfuse.core.events import Event, EventKind, slot_wait, thread_wait
 from taskfuse.core.metrics import AlertEvaluator
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -49,11 +60,13 @@ from taskfuse.limits.build import (
 )
 from taskfuse.tuning import collect_rarely
 
-WORK, DB, CALL, HANG = 0, 1, 2, 3
+WORK, DB, CALL, HANG, CPU = 0, 1, 2, 3, 4
 OK = Outcome.success(None)
 _PENDING = TaskStatus.PENDING
 #: The cause of the interrupt that kills a `process` executor's worker process.
 KILLED = "killed"
+#: The cause of the interrupt that cancels a coroutine (executor: async) at its timeout.
+CANCELLED = "cancelled"
 
 
 @dataclass
@@ -122,11 +135,15 @@ class Simulation:
         kinds = self.limits.kinds
         self.process_kinds = {k for k, spec in kinds.items() if spec.executor == "process"}
         self.overlap_kinds = {k for k, spec in kinds.items() if spec.overlap}
+        self.async_kinds = {k for k, spec in kinds.items() if spec.executor == "async"}
+        #: The worker process's event loop, when a kind runs on it (lab/coroutines.py).
+        self.loop = EventLoop(self.env, self.limits, self.async_kinds) if self.async_kinds \
+            else None
         #: What a scenario does not use costs nothing: renewals only under a lease, and the
         #: bookkeeping that lets a worker give back what it held only when one can be
         #: interrupted (a crash fault, or a `process` kind killed at its timeout).
         self.leased = self.limits.sweeper.lease_s is not None
-        self.track = bool(self.process_kinds) or any(
+        self.track = bool(self.process_kinds or self.async_kinds) or any(
             f.kind == "worker_crash" for f in scenario.faults)
         self.metrics = StoreMetrics()
         self.store = LabStore(self.metrics.ended)
@@ -148,6 +165,8 @@ class Simulation:
         #: (unless their kind allows overlap); every claim skips them.
         self.excluded: set[str] = set()
         self.attempts: dict[str, tuple[Task, Slot]] = {}  # RUNNING attempts in progress
+        #: Tasks of thread kinds the loop's claimer claimed, for the next free worker thread.
+        self.handed: deque[Task] = deque()
         self.watchdog_due = float("inf")
         self._watchdog: simpy.Process
         self.arrivals_left = 0
@@ -206,12 +225,15 @@ class Simulation:
         return AlertEvaluator(rules, self.metrics, self.scheduler.emit,
                               p99_baseline_s=self.limits.alerts.p99_baseline_s)
 
-    def _compile(self, steps: list[Step]) -> Program:
+    def _compile(self, steps: list[Step], kind: str) -> Program:
         compiled: list[tuple[Any, ...]] = []
+        on_loop = self.loop is not None and kind in self.async_kinds
         for k, step in enumerate(steps):
             rng = self.rng(f"program:{len(self.programs)}:{k}")
             if isinstance(step, WorkStep):
                 compiled.append((WORK, step.work.sampler(rng)))
+            elif isinstance(step, CpuStep):  # holds the event loop, or just the worker
+                compiled.append((CPU if on_loop else WORK, step.cpu.sampler(rng)))
             elif isinstance(step, DbStep):
                 db = step.db
                 compiled.append((DB, self.pools[db.pool], db.query.sampler(rng),
@@ -246,11 +268,11 @@ class Simulation:
         self._check_finished()
 
     def _task_factory(self, spec: BatchSpec) -> TaskFactory:
-        self._compile(spec.program)
+        self._compile(spec.program, spec.kind)
         index = len(self.programs) - 1
         children = []
         for child in spec.children:
-            self._compile(child.program)
+            self._compile(child.program, child.kind)
             children.append(len(self.programs) - 1)
         return TaskFactory(spec, self.sc, index, children, self.seed)
 
@@ -304,14 +326,25 @@ class Simulation:
         claim = self.scheduler.claim
         n = self.sc.claim_batch
         excluded = self.excluded
+        handed = self.handed
+        async_kinds = self.async_kinds
         sleeping: simpy.Event | None = None
         try:
             while True:
-                answer = claim(wid, env.now, n, excluded)
+                if handed:  # claimed by the event loop's claimer for a thread
+                    answer = Work([handed.popleft()])
+                    if not handed:
+                        self.loop.wake()  # type: ignore[union-attr]
+                else:
+                    answer = claim(wid, env.now, n, excluded)
                 if answer.__class__ is Work:
                     if self.idle:
                         self._wake(1)  # pass the baton: more may be claimable
                     for task in answer.tasks:  # type: ignore[union-attr]
+                        if async_kinds and task.kind in async_kinds:
+                            if not self._to_loop(task):  # the loop is full: wait for room
+                                yield self.loop.wait_room()  # type: ignore[union-attr]
+                            continue
                         try:
                             yield from self.run_task(task, slot)
                         except simpy.Interrupt as stop:
@@ -332,13 +365,18 @@ class Simulation:
             self.live -= 1
 
     def dispatcher(self) -> Generator[simpy.Event, Any, None]:
-        """Unbounded workers (open loop): every claimable task starts at once."""
+        """Unbounded workers (open loop): every claimable task starts at once (a task of an
+        async kind on the event loop, when it has a slot)."""
         env = self.env
+        async_kinds = self.async_kinds
         while True:
             answer = self.scheduler.claim("open", env.now, 10_000, self.excluded)
             if answer.__class__ is Work:
                 for task in answer.tasks:  # type: ignore[union-attr]
-                    env.process(self._open_attempt(task))
+                    if async_kinds and task.kind in async_kinds:
+                        self._to_loop(task)
+                    else:
+                        env.process(self._open_attempt(task))
             else:
                 yield self._sleep(answer.until)  # type: ignore[union-attr]
 
@@ -348,6 +386,66 @@ class Simulation:
         slot.proc = self.env.active_process
         with contextlib.suppress(simpy.Interrupt):
             yield from self.run_task(task, slot)
+
+    # -- the event loop (executor: async; lab/coroutines.py) ------------------------------------
+
+    def loop_claimer(self) -> Generator[simpy.Event, Any, None]:
+        """The worker process's claimer for its event loop: claims as many tasks as the loop
+        has free slots, through the same `claim` as the worker threads, and sleeps as they
+        do. A task of a thread kind it claims is handed to the next free worker thread."""
+        env = self.env
+        loop = self.loop
+        assert loop is not None
+        claim = self.scheduler.claim
+        excluded = self.excluded
+        handed = self.handed
+        async_kinds = self.async_kinds
+        while True:
+            room = loop.room()
+            if room <= 0 or handed:
+                yield loop.wait_room()
+                continue
+            answer = claim("loop", env.now, room, excluded)
+            if answer.__class__ is Work:
+                if self.idle:
+                    self._wake(1)  # pass the baton: more may be claimable
+                for task in answer.tasks:  # type: ignore[union-attr]
+                    if task.kind in async_kinds:
+                        self._to_loop(task)
+                    else:
+                        handed.append(task)
+                        self._wake(1)
+            else:
+                yield self._sleep(answer.until)  # type: ignore[union-attr]
+
+    def _to_loop(self, task: Task) -> bool:
+        """Start a claimed async task as a coroutine, or queue it for a slot (False)."""
+        loop = self.loop
+        assert loop is not None
+        if not loop.queue and loop.fits(task.kind):
+            self._start_coroutine(task)
+            return True
+        loop.queue.append(task)
+        return False
+
+    def _start_coroutine(self, task: Task) -> None:
+        self.loop.take(task.kind)  # type: ignore[union-attr]
+        slot = Slot(-1)
+        slot.proc = self.env.process(self._coroutine(task, slot))
+
+    def _coroutine(self, task: Task, slot: Slot) -> Generator[simpy.Event, Any, None]:
+        """One attempt as a coroutine; cancelled at its timeout, it gives its slot back at
+        once (no stuck worker), and the oldest queued task that fits takes it."""
+        loop = self.loop
+        assert loop is not None
+        try:
+            yield from self.run_task(task, slot)
+        except simpy.Interrupt as stop:
+            if stop.cause != CANCELLED:
+                raise
+        loop.give(task.kind)
+        while (queued := loop.next_runnable()) is not None:
+            self._start_coroutine(queued)
 
     def run_task(self, task: Task, slot: Slot) -> Generator[simpy.Event, Any, None]:
         """One attempt on `slot`: its steps in order, then `complete`. The DB step is inlined
@@ -413,6 +511,8 @@ class Simulation:
                         error = yield from ds.call(held, task)
                         if error is not None:
                             break
+                elif op == CPU:  # a coroutine's CPU: it holds the event loop
+                    yield from self.loop.cpu(task, step[1](), self.detail)  # type: ignore[union-attr]
                 elif step[2]() < step[1]:  # a hang: blocks, deaf to cancellation
                     yield env.timeout(step[3]())
                 if error is not None or (step is not last and self.scheduler.is_cancelled(task)):
@@ -454,6 +554,9 @@ class Simulation:
             if new.kind in self.process_kinds:
                 self.stats.killed += 1
                 slot.proc.interrupt(KILLED)  # type: ignore[union-attr]
+            elif new.kind in self.async_kinds:
+                self.loop.cancelled += 1  # type: ignore[union-attr]
+                slot.proc.interrupt(CANCELLED)  # type: ignore[union-attr]
             else:
                 self._stuck(new, slot)
 
@@ -482,13 +585,15 @@ class Simulation:
             self._wake(1)
 
     def _began_late(self, task: Task) -> None:
-        """An attempt claimed ahead (claim_batch > 1) begins after its claim: the wait for
-        its worker is a WAIT for a thread and not run time, as in the runtime."""
+        """An attempt claimed ahead (claim_batch > 1, or an async one that found every
+        coroutine slot taken) begins after its claim: the wait for its worker thread or slot
+        is a WAIT and not run time, as in the runtime."""
         now = self.env.now
         waited = now - task.started_at  # type: ignore[operator]
         self.store.waited[task.task_id] = (task.started_at, waited)  # type: ignore[assignment]
         if self.detail is not None:
-            self.detail(thread_wait(task, now, waited))
+            wait = slot_wait if task.kind in self.async_kinds else thread_wait
+            self.detail(wait(task, now, waited))
 
     def _pool_waited(self, task: Task, pool: Pool, granted: bool, since: float) -> None:
         now = self.env.now
@@ -580,6 +685,12 @@ class Simulation:
                 self.workers[i].interrupt("crash")
                 self.stats.crashed_workers += 1
 
+    def _thread_kinds_used(self) -> bool:
+        """Whether a batch or child runs a kind that is not async (worker threads needed)."""
+        kinds = {b.kind for b in self.sc.batches} | {c.kind for b in self.sc.batches
+                                                     for c in b.children}
+        return not kinds <= self.async_kinds
+
     def _check_finished(self) -> None:
         m = self.metrics
         if (
@@ -598,9 +709,11 @@ class Simulation:
         workers = self.sc.workers
         if workers == "unbounded":
             env.process(self.dispatcher())
-        else:
+        elif self._thread_kinds_used():
             for _ in range(int(workers)):
                 self._start_worker()
+        if self.loop is not None:
+            env.process(self.loop_claimer())
         self._watchdog = env.process(self.watchdog())
         if self.leased:  # without a lease, renewals change nothing
             env.process(self.heartbeat(heartbeat_interval(self.limits)))

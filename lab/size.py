@@ -268,8 +268,18 @@ def saturation(plan: Plan, reports: Sequence[Report]) -> list[tuple[str, str]]:
         if in_use >= pool["size"] and wait > 0:
             found.append(("pool", f"pool {name}: {fmt(in_use)} of {pool['size']} connections "
                                   f"in use, wait p99 {fmt(wait)} s"))
+    if "async" in first:  # an event loop: its CPU, then its slots
+        busy = _mean(reports, lambda r: r["async"]["loop_busy_share"])
+        lag = _mean(reports, lambda r: r["async"]["loop_lag_s"]["p99"])
+        if busy >= 0.9:
+            found.append(("loop", f"event loop: busy {fmt(100 * busy)} % of the run, lag p99 "
+                                  f"{fmt(lag)} s (more worker processes, not coroutines)"))
     queued = _mean(reports, lambda r: r["wait_s"]["p50"])
-    if queued > 0:
+    if queued > 0 and "async" in first and first["async"]["peak_in_flight"] >= \
+            first["async"]["async_concurrency"]:
+        found.append(("slots", f"coroutine slots: tasks waited {fmt(queued)} s (p50) for "
+                               "one (async_concurrency)"))
+    elif queued > 0:
         found.append(("workers", f"workers: tasks waited {fmt(queued)} s (p50) for a free "
                                  "worker"))
     return found

@@ -82,9 +82,15 @@ def test_each_cost_ratio_has_its_slack_and_no_more(name: str, slack: float) -> N
     assert [p.split(":")[0] for p in regression.compare(beyond, base)] == [name]
 
 
+#: Shipped scenarios with no recorded load test yet: their kinds are `executor: async`, which
+#: the load test runs only once the runtime has the async executor (issue 24).
+AWAITING_LOAD_TEST = {"fleet-async"}
+
+
 def test_a_fit_round_trip_that_changed_is_reported() -> None:
     base = _base()
-    shipped = {p.stem for p in (regression.ROOT / "scenarios").glob("*.yaml")}
+    shipped = {p.stem for p in (regression.ROOT / "scenarios").glob("*.yaml")
+               } - AWAITING_LOAD_TEST
     assert len(shipped) >= 7 and set(base["fit_round_trip"]) == shipped, (
         "every shipped scenario needs a recorded load test in benchmarks/runs")
     worse = copy.deepcopy(base)

@@ -30,7 +30,7 @@ from lab.loadtest.pools import PoolError, RealPool
 from lab.loadtest.record import DbRecorder
 from lab.loadtest.servers import WARM_QUERY
 from lab.model.provider import TIMEOUT
-from lab.scenario import CallStep, DbStep, HangStep, Step, WorkStep
+from lab.scenario import CallStep, CpuStep, DbStep, HangStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
 from taskfuse.core.retry import ErrorKind
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
@@ -196,6 +196,8 @@ class Programs:
     def _step(self, step: Step, rng: random.Random) -> Callable[..., None]:
         if isinstance(step, WorkStep):
             return self._work(self._sampler(step.work.sampler(rng)))
+        if isinstance(step, CpuStep):  # on threads CPU keeps the worker busy, as work does
+            return self._work(self._sampler(step.cpu.sampler(rng)))
         if isinstance(step, DbStep):
             db = step.db
             return self._db(self.pools[db.pool], self._sampler(db.query.sampler(rng)),

@@ -48,7 +48,16 @@ from pydantic import TypeAdapter
 from lab.loadtest.client import counted_call
 from lab.loadtest.connections import CallBroken, CallTimeout, Connections
 from lab.model.provider import TIMEOUT
-from lab.scenario import CallStep, DbStep, HangStep, Scenario, ScenarioError, Step, WorkStep
+from lab.scenario import (
+    CallStep,
+    CpuStep,
+    DbStep,
+    HangStep,
+    Scenario,
+    ScenarioError,
+    Step,
+    WorkStep,
+)
 from taskfuse.core.events import THREAD_WAIT
 from taskfuse.core.retry import ErrorKind
 from taskfuse.runtime import TaskError
@@ -85,8 +94,8 @@ def world_of(scaled: Scenario, programs: dict[int, tuple[list[Step], int]],
 def _draws(step: Step, rng: random.Random, n: int) -> list[float]:
     """The step's first `n` values, drawn as the simulator draws them from its stream: a
     duration, a call count, or a hang's duration (0: this attempt does not hang)."""
-    if isinstance(step, WorkStep):
-        work = step.work.sampler(rng)
+    if isinstance(step, (WorkStep, CpuStep)):
+        work = (step.work if isinstance(step, WorkStep) else step.cpu).sampler(rng)
         return [work() for _ in range(n)]
     if isinstance(step, CallStep):
         count = step.call.count.sampler(rng)

@@ -147,6 +147,7 @@ class RunView:
     ended_at: float | None = None
     stopped_at: float | None = None
     simpy_events: int = 0  # a real run has no simpy events
+    loop: None = None  # the report's event loop section: the simulator's model only
 
     def task_records(self) -> list[TaskRecord]:
         """One flat record per task, as `Simulation.task_records` gives them."""

@@ -56,6 +56,26 @@ def thread_wait(task: Task, now: float, waited: float) -> Event:
     return Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id, None, None,
                  THREAD_WAIT, task.retry_count + 1, task.worker_id, "threads", waited)
 
+#: A WAIT's reason when a claimed task of an `async` kind waited for a coroutine slot on its
+#: worker's event loop (subject "coroutines").
+SLOT_WAIT = "slot"
+#: A WAIT's reason when a coroutine that had CPU work to do waited for its event loop, busy
+#: running another one (subject "loop"): the loop's lag.
+LOOP_WAIT = "loop"
+
+
+def slot_wait(task: Task, now: float, waited: float) -> Event:
+    """The WAIT of an async attempt claimed while every coroutine slot was taken."""
+    return Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id, None, None,
+                 SLOT_WAIT, task.retry_count + 1, task.worker_id, "coroutines", waited)
+
+
+def loop_wait(task: Task, now: float, waited: float) -> Event:
+    """The WAIT of a coroutine for its event loop, held by other coroutines' CPU work."""
+    return Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id, None, None,
+                 LOOP_WAIT, task.retry_count + 1, task.worker_id, "loop", waited)
+
+
 _ALWAYS = frozenset({"t", "kind"})
 
 #: The one schema of events, by kind: the fields each always carries (REQUIRED) and those it
@@ -66,7 +86,9 @@ _ALWAYS = frozenset({"t", "kind"})
 #: business request's query); `attempt` is the task's 1-based attempt; `subject`
 #: names the downstream, pool, gateway or alert rule; `reason` is the outcome kind of a CALL
 #: ("ok" or an error kind), what was waited for in a WAIT ("bulkhead", "pool",
-#: "pool_timeout", "thread": a claimed task's wait for a worker thread, subject "threads"),
+#: "pool_timeout", "thread": a claimed task's wait for a worker thread, subject "threads";
+#: "slot": for a coroutine slot, subject "coroutines"; "loop": for a busy event loop, subject
+#: "loop"),
 #: why a MOVE or BREAKER change happened. A trace keeps `trace_id` only on SUBMIT events
 #: (a task's trace id never changes); in memory every task event carries it.
 REQUIRED: dict[str, frozenset[str]] = {

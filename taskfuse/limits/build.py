@@ -185,10 +185,16 @@ def stuck_bound(limits: Limits) -> int:
 
 
 def running_limit(limits: Limits) -> float:
-    """The running count above which the first alert fires: the file's, else the workers."""
+    """The running count above which the first alert fires: the file's, else the workers
+    (and the coroutines of a worker's event loop, when a kind runs on it: those are
+    RUNNING too, without a thread each)."""
     if limits.alerts.running_limit is not None:
         return limits.alerts.running_limit
-    return float(limits.workers) if isinstance(limits.workers, int) else 1e9
+    if not isinstance(limits.workers, int):
+        return 1e9
+    if any(kind.executor == "async" for kind in limits.kinds.values()):
+        return float(limits.workers + limits.async_concurrency)
+    return float(limits.workers)
 
 
 def alert_rules(alerts: Alerts, limit: float) -> list[AlertRule]:

@@ -67,6 +67,9 @@ def test_running_limit_is_the_files_or_the_workers() -> None:
     assert running_limit(Limits(workers=7)) == 7.0
     assert running_limit(Limits(workers=7, alerts=Alerts(running_limit=3))) == 3.0
     assert running_limit(Limits(workers="unbounded")) == 1e9
+    with_async = {"workers": 7, "async_concurrency": 500, "kinds": {"io": {"executor": "async"}}}
+    assert running_limit(Limits.model_validate(with_async)) == 507.0
+    assert running_limit(Limits(workers=7, async_concurrency=500)) == 7.0  # no async kind
 
 
 def test_budgets_of_both_kinds_are_built_fresh() -> None:
