@@ -809,13 +809,17 @@ class Runner:
             with self._watch_mu:
                 self._sooner = float("inf")
             now = self.clock()
+            with self.attempts.mu:  # ended here, outcome not yet written: not running
+                held = frozenset(c.task.task_id for c, _ in self.attempts.committing.values())
             try:
-                moved = self.scheduler.expire(now)
+                moved = self.scheduler.expire(now, held)
                 wait = self.scheduler.watchdog_wait(now, self._watchdog_s)
             except Exception as exc:
                 if not self._said_full(exc):
                     log.exception("watchdog pass failed")
                 moved, wait = [], self._watchdog_s
+            if held and wait <= DEADLINE_SLACK_S:  # a held one is past its deadline: look
+                wait = _POLL_S  # again soon, not in a tight loop until its outcome lands
             self._expired(moved)
             if self._check_stuck():
                 wait = min(wait, self.stuck_after_s / 2)
