@@ -114,8 +114,41 @@ class _Reconnect:
         return False
 
 
+class _QuietReconnects(logging.Filter):
+    """psycopg_pool logs every failed reconnection, and ours come every 0.5 s per connection:
+    of a taskfuse pool's, one line per `_RECONNECT_LOG_S` passes (the first at once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.msg != "error connecting in %r: %s" or not args:
+            return True
+        name = str(args[0])
+        if not name.startswith("taskfuse:"):
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(name, -_RECONNECT_LOG_S) < _RECONNECT_LOG_S:
+                return False
+            self._last[name] = now
+        return True
+
+
+_RECONNECT_LOG_S = 10.0
+_QUIET_RECONNECTS = _QuietReconnects()
+
+
 class _Pool(ConnectionPool):  # type: ignore[type-arg]
-    """A ConnectionPool whose reconnections follow `_Reconnect` (see the module doc)."""
+    """A ConnectionPool whose reconnections follow `_Reconnect` (see the module doc); its
+    failed attempts are logged at most once per `_RECONNECT_LOG_S`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        logging.getLogger("psycopg.pool").addFilter(_QUIET_RECONNECTS)  # once: same object
+        super().__init__(*args, **kwargs)
 
     def _add_connection(self, attempt: Any, growing: bool = False) -> None:
         super()._add_connection(attempt or _Reconnect(), growing)
