@@ -214,6 +214,7 @@ class Runner:
         self._closed = False
         #: Set while the store refuses to grow (`StoreFull`): said once, not per retry.
         self.store_full: StoreFull | None = None
+        self._full_mu = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Runner(worker_id={self.worker_id!r}, workers={self.workers}, app={self.app!r})"
@@ -583,7 +584,10 @@ class Runner:
                 continue
             pause = 0.0
             if isinstance(answer, Work):
-                self._not_full()  # it wrote: the store has room again
+                with at.mu:
+                    wrote_all = not at.committing
+                if wrote_all:  # it wrote, and no outcome waits to be written: room again
+                    self._not_full()
                 self._claimer_idle = False
                 self._buffer(answer.tasks)
                 continue
@@ -739,6 +743,7 @@ class Runner:
                     at.outcomes.wait(pause)
                 continue
             pause = 0.0
+            self._not_full()
             self._committed(group, answers)
 
     def _write(self, group: list[tuple[TaskContext, Outcome]]) -> list[Completed | LostRace]:
@@ -929,14 +934,18 @@ class Runner:
         kept in `store_full` (a drain ends on it); the caller retries as it would anyway."""
         if not isinstance(exc, StoreFull):
             return False
-        if self.store_full is None:
+        with self._full_mu:  # several threads meet it at once: one line
+            said, self.store_full = self.store_full is not None, exc
+        if not said:
             log.error("%s; tasks stay as they are in the store until it can grow", exc)
-        self.store_full = exc
         return True
 
     def _not_full(self) -> None:
-        if self.store_full is not None:
-            self.store_full = None
+        if self.store_full is None:  # the common case, without the lock
+            return
+        with self._full_mu:
+            was, self.store_full = self.store_full, None
+        if was is not None:
             log.info("the store accepts writes again")
 
     def _renew_permits(self) -> None:
