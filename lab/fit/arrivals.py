@@ -51,6 +51,10 @@ class ArrivalFit:
                 "ks_gaps_vs_exponential": None if self.ks is None else round(self.ks, 4)}
 
 
+#: The span a segment of simultaneous submits is given, so its rate is finite (huge).
+_TINY_S = 1e-9
+
+
 def fit_arrivals(times: np.ndarray, run_s: float) -> ArrivalFit:
     """The arrival process of sorted submit times over a run of `run_s` seconds."""
     t = np.sort(np.asarray(times, float))
@@ -58,8 +62,10 @@ def fit_arrivals(times: np.ndarray, run_s: float) -> ArrivalFit:
     if n < 3 or t[-1] - t[0] <= 1e-6 * max(run_s, 1.0):
         return ArrivalFit(n, "closed", float(t[0]) if n else 0.0)
     gaps = np.diff(t)
+    if float(np.median(gaps)) <= 0.0:  # most came at one instant with another: a burst (a
+        return ArrivalFit(n, "closed", float(t[0]))  # few stragglers do not make a rate)
     bounds = _merge_same(gaps, segment(gaps, _exp_cost, 3.0 * math.log(len(gaps)), 5))
-    rates = [poisson_rate(b - a, float(gaps[a:b].sum())) for a, b in bounds]
+    rates = [poisson_rate(b - a, max(float(gaps[a:b].sum()), _TINY_S)) for a, b in bounds]
     first = rates[0].value or 1.0
     start = float(t[0]) - 1.0 / first if t[0] > 3.0 / first else 0.0
     scaled = np.concatenate([gaps[a:b] * (r.value or 0.0) for (a, b), r in zip(bounds, rates,

@@ -164,7 +164,8 @@ def _mean_cv(family: str, x: np.ndarray, total: int, name: str) -> tuple[Estimat
         m, c = _stats(family, kept, total)  # the rest of the resample was censored
         means.append(m)
         cvs.append(c)
-    how = "bootstrap" + (f", {censored} censored at the timeout" if censored else "")
+    how = ("bootstrap over the samples (sampling error only)"
+           + (f", {censored} censored at the timeout" if censored else ""))
     return (Estimate(mean, *_pct(means), how), Estimate(cv, *_pct(cvs), how)
             if family != "exponential" else Estimate(1.0, 1.0, 1.0, "exponential: cv = 1"))
 

@@ -9,7 +9,7 @@ two as a scenario and the limits file it names (or as one scenario, limits inlin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lab.fit.arrivals import ArrivalFit, fit_arrivals
@@ -17,6 +17,7 @@ from lab.fit.business import BusinessFit, fit_business
 from lab.fit.data import RunData
 from lab.fit.hangs import HangFit, fit_hangs, with_hang
 from lab.fit.limits import RecordedLimits, recorded_limits
+from lab.fit.overhead import call_overheads, timer_overhead, without
 from lab.fit.pools import PoolFit, fit_pools
 from lab.fit.programs import ProgramFit, fit_programs
 from lab.fit.provider import ProviderFit, fit_provider
@@ -109,9 +110,10 @@ def fit_run(run: RunData) -> RunFit:
         notes.append("the run did not finish (no footer): the fit covers what was recorded")
     fit = RunFit(
         run=run,
-        providers={name: fit_provider(name, calls) for name, calls in run.calls.items()},
+        providers={name: _less_harness(fit_provider(name, calls), run)
+                   for name, calls in run.calls.items()},
         arrivals={b: fit_arrivals(t, run.end_t) for b, t in run.submits.items() if len(t)},
-        programs=fit_programs(run, paced),
+        programs={b: _work_less_harness(p, run) for b, p in fit_programs(run, paced).items()},
         pools=fit_pools(run),
         business=fit_business(run),
         recorded=recorded,
@@ -121,3 +123,19 @@ def fit_run(run: RunData) -> RunFit:
     fit.notes += [f"left out of the fitted files: {line}"
                   for line in left_out(fit.world(), recorded)]
     return fit
+
+
+def _less_harness(provider: ProviderFit, run: RunData) -> ProviderFit:
+    """The provider with the load test's measured call overhead out of its service time."""
+    overhead = call_overheads(run.report).get(provider.name)
+    return replace(provider, service=without(provider.service, overhead))
+
+
+def _work_less_harness(program: ProgramFit, run: RunData) -> ProgramFit:
+    """The program with the load test's timer lateness out of its `work` steps."""
+    late = timer_overhead(run.report)
+    if late is None:
+        return program
+    steps = [replace(s, duration=without(s.duration, late)) if s.kind == "work" else s
+             for s in program.steps]
+    return replace(program, steps=steps)

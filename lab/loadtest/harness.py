@@ -129,16 +129,28 @@ def warnings(summary: dict[str, Any]) -> list[str]:
 
 def _calls(overhead: list[float], latency: list[float], scale: float) -> dict[str, Any]:
     p50, p99, share = _spread(overhead, latency, scale)
+    mean, sd = _moments(overhead, scale)
     return {"calls": len(overhead), "overhead_p50_s": p50, "overhead_p99_s": p99,
-            "overhead_share_of_median": share}
+            "overhead_share_of_median": share, "overhead_mean_s": mean, "overhead_sd_s": sd}
 
 
 def _timers(asked: list[float], late: list[float], scale: float) -> dict[str, Any]:
     p50, p99, share = _spread(late, asked, scale)
     tail = (round(p99 * scale / float(np.median(asked)), 4)
             if p99 is not None and asked and np.median(asked) else None)
+    mean, sd = _moments(late, scale)
     return {"timers": len(late), "late_p50_s": p50, "late_p99_s": p99,
-            "late_share_of_median": share, "late_p99_share_of_median": tail}
+            "late_share_of_median": share, "late_p99_share_of_median": tail,
+            "late_mean_s": mean, "late_sd_s": sd}
+
+
+def _moments(extra: list[float], scale: float) -> tuple[float | None, float | None]:
+    """Mean and standard deviation (scenario seconds): what `lab fit` takes out of the
+    durations it fits (lab.fit.overhead)."""
+    if not extra:
+        return None, None
+    e = np.asarray(extra)
+    return _s(float(np.mean(e)), scale), _s(float(np.std(e)), scale)
 
 
 def _spread(extra: list[float], base: list[float], scale: float

@@ -513,10 +513,17 @@ class Scheduler:
         live = self.store.batch_tasks(batch_id, (_PENDING, _RUNNING))
         return sum(1 for t in live if self.cancel(t.task_id, now, reason) is not None)
 
-    def expire(self, now: float) -> list[Task]:
-        """The watchdog: RUNNING past started_at + timeout -> TIMEOUT, or PENDING to retry."""
+    def expire(self, now: float, held: AbstractSet[str] = frozenset()) -> list[Task]:
+        """The watchdog: RUNNING past started_at + timeout -> TIMEOUT, or PENDING to retry.
+
+        `held`: tasks whose attempt has ended and whose outcome the caller holds until the
+        store takes it (an outage). They are not running: expiring them would run their
+        side effects a second time, so they keep their record until the outcome lands.
+        """
         moved = []
         for task in self.store.overdue(now):
+            if task.task_id in held:
+                continue
             new = self._apply(task.task_id, now, partial(self._timeout_move, now=now, seen=task))
             if new is not None:
                 moved.append(new)

@@ -215,6 +215,7 @@ class Runner:
         self._closed = False
         #: Set while the store refuses to grow (`StoreFull`): said once, not per retry.
         self.store_full: StoreFull | None = None
+        self._full_mu = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Runner(worker_id={self.worker_id!r}, workers={self.workers}, app={self.app!r})"
@@ -587,7 +588,10 @@ class Runner:
                 continue
             pause = 0.0
             if isinstance(answer, Work):
-                self._not_full()  # it wrote: the store has room again
+                with at.mu:
+                    wrote_all = not at.committing
+                if wrote_all:  # it wrote, and no outcome waits to be written: room again
+                    self._not_full()
                 self._claimer_idle = False
                 self._buffer(answer.tasks)
                 continue
@@ -743,6 +747,7 @@ class Runner:
                     at.outcomes.wait(pause)
                 continue
             pause = 0.0
+            self._not_full()
             self._committed(group, answers)
 
     def _write(self, group: list[tuple[TaskContext, Outcome]]) -> list[Completed | LostRace]:
@@ -813,13 +818,17 @@ class Runner:
             with self._watch_mu:
                 self._sooner = float("inf")
             now = self.clock()
+            with self.attempts.mu:  # ended here, outcome not yet written: not running
+                held = frozenset(c.task.task_id for c, _ in self.attempts.committing.values())
             try:
-                moved = self.scheduler.expire(now)
+                moved = self.scheduler.expire(now, held)
                 wait = self.scheduler.watchdog_wait(now, self._watchdog_s)
             except Exception as exc:
                 if not self._said_full(exc):
                     log.exception("watchdog pass failed")
                 moved, wait = [], self._watchdog_s
+            if held and wait <= DEADLINE_SLACK_S:  # a held one is past its deadline: look
+                wait = _POLL_S  # again soon, not in a tight loop until its outcome lands
             self._expired(moved)
             if self._check_stuck():
                 wait = min(wait, self.stuck_after_s / 2)
@@ -929,14 +938,18 @@ class Runner:
         kept in `store_full` (a drain ends on it); the caller retries as it would anyway."""
         if not isinstance(exc, StoreFull):
             return False
-        if self.store_full is None:
+        with self._full_mu:  # several threads meet it at once: one line
+            said, self.store_full = self.store_full is not None, exc
+        if not said:
             log.error("%s; tasks stay as they are in the store until it can grow", exc)
-        self.store_full = exc
         return True
 
     def _not_full(self) -> None:
-        if self.store_full is not None:
-            self.store_full = None
+        if self.store_full is None:  # the common case, without the lock
+            return
+        with self._full_mu:
+            was, self.store_full = self.store_full, None
+        if was is not None:
             log.info("the store accepts writes again")
 
     def _renew_permits(self) -> None:

@@ -23,10 +23,14 @@ Theory of operation
   released dependents and freed batch slots ``NOTIFY`` a channel that one listening
   connection per process turns into wake-ups.
 * A broken connection (database restart, failover, a killed backend) is retried with
-  exponential backoff for up to ``retry_for`` seconds. A retry first asks whether the
-  attempt it repeats already committed (a claim finds its rows by a token, a swap compares
-  the stored record with the one it wrote, an insert finds its rows), so a restart neither
-  loses a task nor runs one twice. After that, `StoreUnavailable`.
+  exponential backoff (capped at 1 s) for up to ``retry_for`` seconds, and the pool tries
+  to reconnect each of its connections at least every `_RECONNECT_MAX_S` however long the
+  outage (psycopg_pool's own schedule doubles from 1 s to 32 s and beyond, so work used to
+  resume up to half an outage's length after the database answered again). A retry first
+  asks whether the attempt it repeats already committed (a claim finds its rows by a
+  token, a swap compares the stored record with the one it wrote, an insert finds its
+  rows), so a restart neither loses a task nor runs one twice. After that,
+  `StoreUnavailable`.
 * Credentials never appear in logs or errors: the store names itself by `redact_url`.
 
 URL: ``postgresql://user@host:5432/db?schema=taskfuse&pool_max=10&retry_for=60``; every
@@ -89,6 +93,65 @@ _BULK_ROWS = 1000
 #: The migration from which the schema keeps its counts by status (task_counts).
 _KEPT_COUNTS = 5
 _KEPT_BATCH_COUNTS = 6
+
+
+#: Longest wait between the pool's attempts to reconnect one of its connections.
+_RECONNECT_MAX_S = 0.5
+
+
+class _Reconnect:
+    """The reconnection schedule of one pool connection: 0.05 s, doubling to
+    `_RECONNECT_MAX_S`, never giving up (how long a caller waits is `retry_for`'s, in
+    `PostgresStore._run`). psycopg_pool's own schedule has the same two methods."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+
+    def update_delay(self, now: float) -> None:
+        self.delay = min(_RECONNECT_MAX_S, max(0.05, self.delay * 2))
+
+    def time_to_give_up(self, now: float) -> bool:
+        return False
+
+
+class _QuietReconnects(logging.Filter):
+    """psycopg_pool logs every failed reconnection, and ours come every 0.5 s per connection:
+    of a taskfuse pool's, one line per `_RECONNECT_LOG_S` passes (the first at once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.msg != "error connecting in %r: %s" or not args:
+            return True
+        name = str(args[0])
+        if not name.startswith("taskfuse:"):
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(name, -_RECONNECT_LOG_S) < _RECONNECT_LOG_S:
+                return False
+            self._last[name] = now
+        return True
+
+
+_RECONNECT_LOG_S = 10.0
+_QUIET_RECONNECTS = _QuietReconnects()
+
+
+class _Pool(ConnectionPool):  # type: ignore[type-arg]
+    """A ConnectionPool whose reconnections follow `_Reconnect` (see the module doc); its
+    failed attempts are logged at most once per `_RECONNECT_LOG_S`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        logging.getLogger("psycopg.pool").addFilter(_QUIET_RECONNECTS)  # once: same object
+        super().__init__(*args, **kwargs)
+
+    def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        super()._add_connection(attempt or _Reconnect(), growing)
 
 
 def _claim_move() -> tuple[str, int]:
@@ -315,7 +378,7 @@ class PostgresStore(NamedQueryReads):
             self._kept_batch_counts = version >= _KEPT_BATCH_COUNTS
         else:
             self._on_own_connection(self._migrate)
-        self.pool = ConnectionPool(
+        self.pool = _Pool(
             self._conninfo,
             min_size=pool_min,
             max_size=pool_max,
@@ -429,8 +492,7 @@ class PostgresStore(NamedQueryReads):
                 if deadline is None:
                     deadline = time.monotonic() + self.retry_for
                 delay = self._wait_to_retry(exc, deadline, delay)
-                if not isinstance(exc, PoolTimeout):
-                    self.pool.check()
+                self.pool.check()  # a pool timeout too: the pool may have room to grow
                 retried = True
 
     @contextmanager

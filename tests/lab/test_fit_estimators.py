@@ -249,3 +249,13 @@ def test_a_queue_built_by_a_surge_stays_a_capacity_not_a_window(seed: int) -> No
     fit = fit_provider("partner", surge_run(seed))
     assert fit.capacity.servers.value == 5
     assert fit.slowdowns == []
+
+
+def test_a_burst_with_stragglers_is_a_closed_arrival_not_a_division_by_zero() -> None:
+    """A busy load test submitted most of a wave at one instant and a few tasks later: the
+    fit crashed (ZeroDivisionError) on the segment of zero gaps."""
+    times = np.array([5.0] * 174 + [21.0] * 21)
+    fitted = fit_arrivals(times, 100.0)
+    assert (fitted.kind, fitted.count, fitted.start_s) == ("closed", 195, 5.0)
+    segment = fit_arrivals(np.array([0.0, 1.0, 2.0, 3.0] + [4.0] * 40 + [5.0]), 10.0)
+    assert segment.kind == "closed"

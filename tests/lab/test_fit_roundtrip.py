@@ -38,6 +38,18 @@ WAVES = 6
 DRAW_SEED = 2
 #: How far a fitted number may be from the hidden truth, and the simulated run from the real.
 FIT_TOLERANCE = 0.15
+#: Numbers read off real latencies (the service time's mean and cv, the servers from the
+#: latency's hinge) move with the machine's load, which adds real time to real calls: beside
+#: two busy loops and other suites the service mean came out +29 to +53 % (+92 % once, +52 %
+#: once the harness's measured overhead was taken out) and the servers +14 and +43 %, while
+#: the rate, burst and error share stayed within 10 %. So those three are held to
+#: FIT_TOLERANCE, and the timing ones to FIT_TOLERANCE widened by LOAD_WIDENING times what the
+#: harness measured it added to a call (its mean, as a share of the true service mean): the
+#: runs above would have passed with 1.3, and a quiet run is held to about FIT_TOLERANCE.
+TIMED = ("servers", "mean", "cv")
+LOAD_WIDENING = 2.0
+#: Below this harness overhead (as a share of the service mean) a run counts as quiet.
+QUIET_LOAD = 0.1
 MAKESPAN_TOLERANCE = 0.10
 #: A p99 of one run is one draw: the true world simulated with ten seeds gave task p99s from
 #: 7.9 to 9.1 s. So the recorded p99 is held to the band the fitted scenario spans over
@@ -118,8 +130,14 @@ def test_fitted_provider_lands_within_15_percent_of_the_hidden_truth(
               "cv": p.service.cv.value, "error": p.errors.rates["http_503"].value}
     assert None not in fitted.values(), f"not identifiable from the run: {fitted}"
     off = {k: abs(fitted[k] / truth[k] - 1) for k in truth}  # type: ignore[operator]
-    assert max(off.values()) <= FIT_TOLERANCE, (truth, fitted)
-    assert p.outages == [] and p.slowdowns == []
+    harness = recorded[2]["loadtest"]["harness"]["calls"]["partner"]
+    load = harness["overhead_mean_s"] / truth["mean"]
+    band = {k: FIT_TOLERANCE + (LOAD_WIDENING * load if k in TIMED else 0.0) for k in truth}
+    assert all(off[k] <= band[k] for k in truth), (truth, fitted, band)
+    assert p.outages == []  # error shares: the load does not make errors
+    # a slowdown is read off latencies: a busy stretch of the machine looks like one (a
+    # 2.2x window of 79 calls beside two busy loops), so only a quiet run must show none
+    assert p.slowdowns == [] or load > QUIET_LOAD, (load, p.slowdowns)
 
 
 def test_simulating_the_fitted_scenario_predicts_the_recorded_run(

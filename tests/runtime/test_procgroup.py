@@ -10,8 +10,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 from taskfuse.core.states import TaskStatus
 from taskfuse.store import open_store
 from tests.runtime import procgroup_app as tasks
@@ -64,25 +62,25 @@ def test_a_child_the_task_forked_dies_with_a_worker_killed_with_sigkill(
         store.close()
 
 
-@pytest.mark.parametrize("name", sorted(tasks._EXITS))
-def test_a_base_exception_in_a_process_task_fails_it_in_the_log_format(
-        tmp_path: Path, name: str) -> None:
+def test_base_exceptions_in_process_tasks_fail_them_in_the_log_format(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'tasks.db'}"
     store = open_store(url)
     sched, now = tasks.app.scheduler(store), time.time()
-    raised = sched.submit(tasks.app.spec("raise_exit", name), now)
+    raised = {name: sched.submit(tasks.app.spec("raise_exit", name), now)
+              for name in sorted(tasks._EXITS)}
     after = [sched.submit(tasks.app.spec("pid"), now) for _ in range(2)]
     done = subprocess.run(_command(url, "--drain", "--workers", "1"), cwd=ROOT,
                           env=marked_env(uuid.uuid4().hex), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stderr.splitlines()]  # JSON, every line
-    failed = store.get(raised.task_id)
-    assert (failed.status, failed.error_kind, failed.retry_count) == (
-        TaskStatus.FAILED, name, 0)
-    said = [r for r in records if r.get("task_id") == raised.task_id
-            and "would have ended the thread" in r["msg"]]
-    assert len(said) == 1 and said[0]["level"] == "ERROR" and name in said[0]["error"]
+    for name, task in raised.items():
+        failed = store.get(task.task_id)
+        assert (failed.status, failed.error_kind, failed.retry_count) == (
+            TaskStatus.FAILED, name, 0)
+        said = [r for r in records if r.get("task_id") == task.task_id
+                and "would have ended the thread" in r["msg"]]
+        assert len(said) == 1 and said[0]["level"] == "ERROR" and name in said[0]["error"]
     pids = {store.get(t.task_id).result for t in after}
     assert all(store.get(t.task_id).status is TaskStatus.SUCCESS for t in after)
     assert len(pids) == 1  # the process that raised went on serving: none was replaced

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.store import open_store
-from tests.runtime.procexec_app import app
+from tests.runtime.sample_app import app
 from tests.runtime.test_procexec_cli import ROOT, marked_env
 
 #: Bytes any file of the worker may reach: less than the store holds already, so its first
@@ -28,11 +28,11 @@ def test_a_drain_on_a_store_that_cannot_grow_ends_with_one_line(tmp_path: Path) 
     store = open_store(url)
     sched, now = app.scheduler(store), time.time()
     for _ in range(200):
-        sched.submit(app.spec("double_thread", "x" * 1000), now)
+        sched.submit(app.spec("echo", "x" * 1000), now)
     store.close()
     worker = subprocess.run(
         [sys.executable, "-m", "taskfuse.cli", "worker", "--store", url, "--app",
-         "tests.runtime.procexec_app:app", "--workers", "2", "--drain"],
+         "tests.runtime.sample_app:app", "--workers", "2", "--drain"],
         cwd=ROOT, env=marked_env("sqlite-full"), preexec_fn=_limit_files,
         capture_output=True, text=True, timeout=60)
     errors = [line for line in worker.stderr.splitlines() if " ERROR " in line]
