@@ -519,7 +519,7 @@ def test_a_function_no_process_can_import_is_refused_at_registration(fn, why) ->
 
 
 @pytest.mark.parametrize(("options", "says"), [
-    ({"executor": "fork"}, "executor must be one of thread, process, got 'fork'"),
+    ({"executor": "fork"}, "executor must be one of thread, process, async, got 'fork'"),
     ({"executor": "process", "serializer": "yaml"}, "serializer must be one of json, pickle"),
     ({"serializer": "pickle"}, "serializer is for executor='process'"),
 ])
