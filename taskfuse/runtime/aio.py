@@ -44,11 +44,12 @@ from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import QUEUED, Pace, Rejected
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.task import Outcome
-from taskfuse.runtime.calls import ThreadSide, aattempt_through, arun_call
+from taskfuse.runtime.calls import aattempt_through, arun_call
 from taskfuse.runtime.context import (
     PERMIT_WAIT_SLACK_S,
     DownstreamCall,
     TaskContext,
+    ThreadSide,
     call_error_kind,
 )
 from taskfuse.runtime.errors import (

@@ -40,7 +40,6 @@ from taskfuse.limits.schema import ClientLimits
 from taskfuse.runtime.errors import TaskCanceled, TaskError, outcome_of
 
 if TYPE_CHECKING:
-    from taskfuse.core.guard import Guard
     from taskfuse.runtime.context import TaskContext
     from taskfuse.runtime.host import Host
 
@@ -109,7 +108,7 @@ class CallClient:
 class CallSide(Protocol):
     """What the loop of one logical call asks of the driver it runs in.
 
-    On a thread the answers are local (`ThreadSide`); in a task process the client's state
+    On a thread the answers are local (`context.ThreadSide`); in a task process the client's state
     (budget, jitter, counters) and the fuses stay in the worker, shared with thread tasks,
     and are asked over the pipe (taskfuse.runtime.procworker), while `fn` runs where the
     task runs. One loop (`run_call`) for both, so both keep the whole policy.
@@ -290,34 +289,6 @@ def settle(runner: Host, client: CallClient, retry: int, kind: str | None,
             client.retries += 1
             return True, decision.delay, ""
     return False, 0.0, decision.reason
-
-
-class ThreadSide:
-    """`CallSide` of a task on a worker thread: everything local."""
-
-    __slots__ = ("_client", "_ctx", "_guard")
-
-    def __init__(self, ctx: TaskContext, guard: Guard) -> None:
-        self._ctx = ctx
-        self._guard = guard
-        self._client = client_of(ctx.host, guard.name)
-
-    def begin(self) -> float | None:
-        return begin(self._ctx.host, self._client)
-
-    def attempt(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                kwargs: dict[str, Any], timeout_s: float | None) -> Any:
-        from taskfuse.runtime.context import DownstreamCall
-
-        return attempt_through(DownstreamCall(self._ctx, self._guard),
-                               self._ctx.host.waits.now, fn, args, kwargs, timeout_s)
-
-    def settle(self, retry: int, kind: str | None,
-               previous: float | None) -> tuple[bool, float, str]:
-        return settle(self._ctx.host, self._client, retry, kind, previous)
-
-    def pause(self, seconds: float) -> bool:
-        return self._ctx.host.waits.pause(self._ctx, seconds)
 
 
 def error_kind(exc: BaseException) -> str:

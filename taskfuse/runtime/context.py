@@ -29,18 +29,19 @@ from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import QUEUED, Guard, Pace, Rejected
 from taskfuse.core.task import Task
 from taskfuse.observe import traceparent as w3c
+from taskfuse.runtime import calls
 from taskfuse.runtime.errors import (
     DownstreamRejected,
     TaskCanceled,
     UnknownDownstream,
     outcome_of,
 )
+from taskfuse.runtime.pools import PoolPermit
 from taskfuse.store import StoreUnavailable, bounded
 
 if TYPE_CHECKING:
     from taskfuse.runtime.fleet import FleetLimits
     from taskfuse.runtime.host import Host
-    from taskfuse.runtime.pools import PoolPermit
     from taskfuse.store.limits import Permit
 
 #: The longest `ctx.cancelled()` waits for a store that does not answer.
@@ -227,8 +228,6 @@ class TaskContext:
 
     def pool(self, name: str) -> PoolPermit:
         """A context manager holding one permit of pool section `name` (runtime.pools)."""
-        from taskfuse.runtime.pools import PoolPermit
-
         return PoolPermit(self, name)
 
 
@@ -263,9 +262,8 @@ class DownstreamCall:
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """`fn(*args, **kwargs)` as one logical call: timeout, retries, budget and the fuses
         of every attempt, as the simulator's client applies them (taskfuse.runtime.calls)."""
-        from taskfuse.runtime.calls import ThreadSide, run_call
-
-        return run_call(self._guard.name, ThreadSide(self._ctx, self._guard), fn, args, kwargs)
+        side = ThreadSide(self._ctx, self._guard)
+        return calls.run_call(self._guard.name, side, fn, args, kwargs)
 
     def __enter__(self) -> DownstreamCall:
         runner, guard, permit = self._ctx.host, self._guard, self._permit
@@ -409,6 +407,32 @@ class DownstreamCall:
         runner.emit(Event(now, EventKind.CALL, self._ctx.task_id, self._ctx.task.batch_id,
                           self._ctx.trace_id, None, None, error_kind or "ok",
                           self._ctx.attempt, None, self._guard.name, latency))
+
+
+class ThreadSide:
+    """`CallSide` of a task on a worker thread: everything local."""
+
+    __slots__ = ("_client", "_ctx", "_guard")
+
+    def __init__(self, ctx: TaskContext, guard: Guard) -> None:
+        self._ctx = ctx
+        self._guard = guard
+        self._client = calls.client_of(ctx.host, guard.name)
+
+    def begin(self) -> float | None:
+        return calls.begin(self._ctx.host, self._client)
+
+    def attempt(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], timeout_s: float | None) -> Any:
+        return calls.attempt_through(DownstreamCall(self._ctx, self._guard),
+                                     self._ctx.host.waits.now, fn, args, kwargs, timeout_s)
+
+    def settle(self, retry: int, kind: str | None,
+               previous: float | None) -> tuple[bool, float, str]:
+        return calls.settle(self._ctx.host, self._client, retry, kind, previous)
+
+    def pause(self, seconds: float) -> bool:
+        return self._ctx.host.waits.pause(self._ctx, seconds)
 
 
 def call_error_kind(exc: BaseException | None) -> str:

@@ -234,6 +234,9 @@ class Runner:
         caps = {kind: (k.async_concurrency if (k := limits.kinds.get(kind)) else None)
                 for kind, e in self._executor_of.items() if e == "async"}
         self.loop_room = LoopRoom(async_concurrency or limits.async_concurrency, caps)
+        #: Free slots on the loop that wake the claimer: a claim round trip per ended
+        #: coroutine cost a store query per task at thousands of tasks a second.
+        self._loop_wake_at = max(1, min(_MAX_GROUP // 8, self.loop_room.free() // 16))
         self.aio = AsyncExecutor(self, lambda kind: self.app.definition(kind).fn, caps,
                                  self.emit, self.clock, self.worker_id)
 
@@ -730,7 +733,9 @@ class Runner:
             at.outcomes.notify()
             if not at.aio:
                 at.loop_idle.notify_all()
-        self._claim_wake.set()  # its slot on the loop is free
+            wake = not at.aio or self.loop_room.free() >= self._loop_wake_at
+        if wake:  # room for a group on the loop: one claim for many ends, not one each
+            self._claim_wake.set()
 
     def loop_lag(self) -> tuple[float, float]:
         """The event loop's lag now and the largest seen, in seconds ((0, 0) without one)."""

@@ -90,3 +90,29 @@ def aioserver() -> Iterator[AioServer]:
         yield server
     finally:
         server.close()
+
+
+@contextmanager
+def aioserver_process() -> Iterator[str]:
+    """The server in a process of its own (its CPU is not the caller's); yields its URL."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen([sys.executable, "-m", "tests.runtime.aioserver"], cwd=root,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        port = process.stdout.readline().strip()
+        if not port:
+            raise RuntimeError(f"the server process ended (exit {process.wait(10)})")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+if __name__ == "__main__":
+    print(AioServer().start().port, flush=True)
+    threading.Event().wait()
