@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskfuse.core.capacity import claim_room, replaces_stuck, retires_on_return
 from taskfuse.core.events import Event, EventKind, EventSink, thread_wait
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
@@ -665,10 +666,7 @@ class Runner:
                 if name in limits:
                     held[name] = held.get(name, 0) + 1
         ahead = at.prefetch_now() / max(1, at.live_threads)  # per permit, as per thread
-        room = {n: limit + int(limit * ahead) - held.get(n, 0) for n, limit in limits.items()}
-        full = frozenset(n for n, r in room.items() if r <= 0)
-        rooms = [r for r in room.values() if r > 0]
-        return full, (min(rooms) if rooms else None)
+        return claim_room(limits, held, ahead)
 
     def _buffer(self, tasks: list[Task]) -> None:
         """Hand claimed attempts to the workers; wake the watchdog for a sooner deadline."""
@@ -778,7 +776,7 @@ class Runner:
                              ctx.task.task_id, extra=task_extra(ctx.task))
                 at.committing[key] = (ctx, outcome)
                 at.outcomes.notify()
-                retire = at.live_threads > self.workers
+                retire = retires_on_return(at.live_threads, self.workers)
                 if retire:
                     at.live_threads -= 1
                     self.stats.retired += 1
@@ -944,7 +942,7 @@ class Runner:
         than workers + stuck_threads_max threads (attempts.mu held)."""
         at = self.attempts
         extra = {"task_id": stuck.task_id}
-        if count > self.stuck_threads_max:
+        if not replaces_stuck(count, self.stuck_threads_max):
             log.error("worker thread %s is stuck on task %s (kind %r) and is not replaced: "
                       "%d threads are stuck, over the bound of %d; %d threads left to work",
                       stuck.thread, stuck.task_id, stuck.kind, count, self.stuck_threads_max,
