@@ -21,6 +21,7 @@ import pytest
 from taskfuse.core.events import Event
 from taskfuse.core.states import TaskStatus
 from taskfuse.limits.schema import Limits
+from taskfuse.observe.prometheus import GuardCollector
 from taskfuse.runtime import App
 from taskfuse.runtime.errors import RuntimeConfigError
 from tests.runtime.aioserver import AioServer, aioserver
@@ -205,6 +206,9 @@ def test_a_task_that_blocks_the_loop_shows_in_the_lag_and_is_named(
     assert named and f"blocks:{task.task_id}" in named[0].getMessage()
     lags = [e for e in events if e.reason == "loop_lag"]
     assert lags and max(e.value for e in lags) >= 0.3 and lags[0].subject == "event_loop"
+    gauges = {m.name: m.samples[0].value for m in GuardCollector(runner).collect()
+              if m.name.startswith("taskfuse_worker_loop_lag")}
+    assert gauges["taskfuse_worker_loop_lag_max_seconds"] >= 0.3
 
 
 def test_the_kind_cap_bounds_coroutines_in_flight(make_runner, store, server) -> None:
