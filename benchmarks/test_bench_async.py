@@ -2,8 +2,11 @@
 
 * calls: N tasks, each awaiting one 1 s call to a local HTTP server (asyncio, in a process
   of its own, over real sockets on 127.0.0.1), IN_FLIGHT = 4,000 at once: the async kind
-  with `async_concurrency` 4,000 and one `httpx.AsyncClient`; the thread kind with 4,000
-  worker threads and one `httpx.Client`. Ideal rate: IN_FLIGHT / 1 s.
+  with `async_concurrency` 4,000, the thread kind with 4,000 worker threads. Two clients:
+  httpx (`AsyncClient` / `Client`, SHARDS of them), and a bare socket per call (asyncio
+  streams / `socket`); and a 1 s sleep standing in for the call (as issue 24's table),
+  which shows the runtime's own cost without a client's or a server's. Ideal rate:
+  IN_FLIGHT / 1 s.
 * no-op: N_NOOP tasks that do nothing, async (on the loop) beside threads (4 workers).
 
 Every round starts a Runner on an empty store and waits until its threads are up (untimed),
@@ -19,7 +22,9 @@ CPU per task on every store; async no-op no slower than thread no-op.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import ssl
 import tempfile
 import time
@@ -56,12 +61,19 @@ class Clients:
     sync: ClassVar[list[httpx.Client]] = []
 
     @classmethod
+    def port(cls) -> int:
+        return int(cls.url.rsplit(":", 1)[1])
+
+    @classmethod
     def fresh(cls, executor: str) -> None:
         tls = ssl.create_default_context()  # one (plain http): a context each costs ~30 ms
         if executor == "async":
             cls.aio = [httpx.AsyncClient(timeout=30, verify=tls) for _ in range(SHARDS)]
         else:
             cls.sync = [httpx.Client(timeout=30, verify=tls) for _ in range(SHARDS)]
+
+
+_REQUEST = f"GET /sleep/{CALL_S} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".encode()
 
 
 def _shard(task_id: str) -> int:
@@ -81,6 +93,18 @@ def make_app(executor: str) -> App:
             response = await client.get(f"{Clients.url}/sleep/{CALL_S}")
             return response.status_code
 
+        @app.task("wait")
+        async def wait_async(ctx: Any, payload: Any) -> None:
+            await asyncio.sleep(CALL_S)
+
+        @app.task("raw")
+        async def raw_async(ctx: Any, payload: Any) -> int:
+            reader, writer = await asyncio.open_connection("127.0.0.1", Clients.port())
+            writer.write(_REQUEST)
+            head = await reader.readuntil(b"\r\n\r\n")
+            writer.close()
+            return int(head.split(b" ", 2)[1])
+
         @app.task("noop")
         async def noop_async(ctx: Any, payload: Any) -> None:
             return None
@@ -91,6 +115,19 @@ def make_app(executor: str) -> App:
         def call_thread(ctx: Any, payload: Any) -> int:
             client = Clients.sync[_shard(ctx.task_id)]
             return client.get(f"{Clients.url}/sleep/{CALL_S}").status_code
+
+        @app.task("wait")
+        def wait_thread(ctx: Any, payload: Any) -> None:
+            time.sleep(CALL_S)
+
+        @app.task("raw")
+        def raw_thread(ctx: Any, payload: Any) -> int:
+            with socket.create_connection(("127.0.0.1", Clients.port())) as sock:
+                sock.sendall(_REQUEST)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += sock.recv(4096)
+            return int(head.split(b" ", 2)[1])
 
         @app.task("noop")
         def noop_thread(ctx: Any, payload: Any) -> None:
@@ -178,12 +215,15 @@ def measure(benchmark: Any, rig: Rig, ideal: float | None = None) -> None:
 
 
 @pytest.mark.parametrize("executor", ["async", "thread"])
+@pytest.mark.parametrize("client", ["sleep", "httpx", "socket"])
 @pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
-def test_calls_in_flight(benchmark, server, store: str, executor: str) -> None:
+def test_calls_in_flight(benchmark, server, store: str, client: str, executor: str) -> None:
     _need(store)
-    benchmark.group = f"async: {N} tasks x one {CALL_S:g}s call, {IN_FLIGHT} in flight ({store})"
+    benchmark.group = (f"async: {N} tasks x one {CALL_S:g}s call ({client}), {IN_FLIGHT} in "
+                       f"flight ({store})")
     workers = 4 if executor == "async" else IN_FLIGHT
-    measure(benchmark, Rig(store, executor, "call", N, workers), IN_FLIGHT / CALL_S)
+    kind = {"sleep": "wait", "httpx": "call", "socket": "raw"}[client]
+    measure(benchmark, Rig(store, executor, kind, N, workers), IN_FLIGHT / CALL_S)
 
 
 @pytest.mark.parametrize("executor", ["async", "thread"])

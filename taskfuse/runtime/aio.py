@@ -421,10 +421,14 @@ class AsyncExecutor:
             self._lagged(time.monotonic() - sent)
 
     def _name_blocker(self) -> None:
-        """The loop has not answered a ping for LAG_BLOCKED_S: the task on it now blocks it."""
+        """The loop has not answered a ping for LAG_BLOCKED_S: the task on it now blocks it.
+        With no task on it, the loop's own work (many callbacks, a starved CPU) is late:
+        the lag says so, and no task is blamed."""
         self.blocked += 1
         current = asyncio.current_task(self.loop)
-        name = current.get_name() if current is not None else "none (loop code)"
+        if current is None:
+            return
+        name = current.get_name()
         log.warning("event loop blocked for over %.0f ms by task %s: a sync call or CPU "
                     "work in an async task delays every coroutine of this worker",
                     LAG_BLOCKED_S * 1000, name,
