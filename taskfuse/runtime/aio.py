@@ -55,7 +55,6 @@ from taskfuse.runtime.context import (
 from taskfuse.runtime.errors import (
     DownstreamRejected,
     TaskCanceled,
-    UnknownDownstream,
     attempt_failure,
 )
 from taskfuse.runtime.pools import PoolPermit, Ticket
@@ -140,16 +139,8 @@ class AsyncTaskContext(TaskContext):
         """Renew this attempt's lease now, the store call on a thread of the default pool."""
         return await asyncio.to_thread(super().heartbeat)
 
-    def downstream(self, name: str) -> AsyncDownstreamCall:
-        """`await ctx.downstream(name).call(coro_fn, ...)`, or `async with` its fuses."""
-        guard = self.host.scheduler.guards.get(name)
-        if guard is None:
-            raise UnknownDownstream(name, list(self.host.scheduler.guards))
-        return AsyncDownstreamCall(self, guard)
-
-    def pool(self, name: str) -> AsyncPoolPermit:
-        """`async with ctx.pool(name)`: one turn of pool section `name`."""
-        return AsyncPoolPermit(self, name)
+    # downstream(name): `await ctx.downstream(name).call(coro_fn, ...)`, or `async with`
+    # its fuses; pool(name): `async with ctx.pool(name)` (the types set below).
 
 
 class AsyncDownstreamCall(DownstreamCall):
@@ -440,3 +431,7 @@ class AsyncExecutor:
         if lag >= LAG_REPORT_S:
             self._emit(Event(self._clock(), EventKind.WAIT, None, None, None, None, None,
                              "loop_lag", None, self._worker_id, "event_loop", lag))
+
+
+AsyncTaskContext._call_type = AsyncDownstreamCall
+AsyncTaskContext._permit_type = AsyncPoolPermit

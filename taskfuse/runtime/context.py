@@ -80,6 +80,9 @@ class TaskContext:
     """The running attempt's view of itself; one per attempt, used by its thread only."""
 
     __slots__ = ("_event", "_logger", "_stopped", "host", "task")
+    #: What `downstream()` and `pool()` make: an executor's context may await instead.
+    _call_type: type[DownstreamCall]
+    _permit_type: type[PoolPermit] = PoolPermit
 
     def __init__(self, task: Task, host: Host) -> None:
         self.task = task
@@ -224,11 +227,11 @@ class TaskContext:
         guard = self.host.scheduler.guards.get(name)
         if guard is None:
             raise UnknownDownstream(name, list(self.host.scheduler.guards))
-        return DownstreamCall(self, guard)
+        return self._call_type(self, guard)
 
     def pool(self, name: str) -> PoolPermit:
         """A context manager holding one permit of pool section `name` (runtime.pools)."""
-        return PoolPermit(self, name)
+        return self._permit_type(self, name)
 
 
 class _Permit:
@@ -441,3 +444,6 @@ def call_error_kind(exc: BaseException | None) -> str:
     if exc is None:
         return "error"
     return outcome_of(exc).error_kind or type(exc).__name__
+
+
+TaskContext._call_type = DownstreamCall

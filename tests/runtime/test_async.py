@@ -113,7 +113,9 @@ def test_async_tasks_call_a_real_server_through_the_downstreams_policy(
     assert threading.active_count() <= threads_before + 2 + 2 + 6
 
 
-def test_cancel_mid_await_cancels_the_coroutine(make_runner, store, server) -> None:
+def _awaits_forever(server: AioServer) -> tuple[App, list[str]]:
+    """An app whose kind `wait` awaits a request the server never answers, and the ids of
+    the coroutines that saw CancelledError."""
     app = App("aio")
     http = Http(server)
     saw: list[str] = []
@@ -125,6 +127,12 @@ def test_cancel_mid_await_cancels_the_coroutine(make_runner, store, server) -> N
         except asyncio.CancelledError:
             saw.append(ctx.task_id)
             raise
+
+    return app, saw
+
+
+def test_cancel_mid_await_cancels_the_coroutine(make_runner, store, server) -> None:
+    app, saw = _awaits_forever(server)
 
     runner = make_runner(app, store, workers=1)
     task = runner.submit("wait")
@@ -162,17 +170,7 @@ def test_a_coroutine_that_awaits_forever_times_out_and_frees_its_slot(
 
 
 def test_shutdown_cancels_coroutines_and_hands_them_back(make_runner, store, server) -> None:
-    app = App("aio")
-    http = Http(server)
-    saw: list[str] = []
-
-    @app.task("wait")
-    async def wait(ctx, payload):
-        try:
-            return await http.get("/hang")
-        except asyncio.CancelledError:
-            saw.append(ctx.task_id)
-            raise
+    app, saw = _awaits_forever(server)
 
     runner = make_runner(app, store, workers=1)
     tasks = [runner.submit("wait") for _ in range(3)]
