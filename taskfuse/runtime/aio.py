@@ -350,8 +350,8 @@ class AsyncExecutor:
             self._thread.join(timeout)
         if self._watcher is not None:
             self._watcher.join(timeout)
-        if self._thread is not None and not self._thread.is_alive():
-            self.loop.close()
+        if self._thread is None or not self._thread.is_alive():
+            self.loop.close()  # never started, or stopped: its selector and pipe go
 
     # -- on the loop thread ----------------------------------------------------------------
 
