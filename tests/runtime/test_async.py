@@ -131,6 +131,31 @@ def _awaits_forever(server: AioServer) -> tuple[App, list[str]]:
     return app, saw
 
 
+def test_the_heartbeat_renews_a_coroutines_lease_and_brings_a_cancel_from_elsewhere(
+        make_runner, tmp_path, server) -> None:
+    """The lease of an attempt on the loop is renewed like a thread's, and a cancel made by
+    another process (here: another Scheduler on the same SQLite file) reaches the coroutine
+    through the heartbeat, which cancels it; `ctx.cancelled()` never reads the store."""
+    from taskfuse.core.scheduler import Scheduler
+    from taskfuse.store.sqlite import SQLiteStore
+
+    path = tmp_path / "tasks.db"
+    app, saw = _awaits_forever(server)
+    runner = make_runner(app, SQLiteStore(path), workers=1, heartbeat_s=0.05)
+    task = runner.submit("wait")
+    assert server.arrived.wait(JOIN_S)
+    first = runner.get(task.task_id).heartbeat_at
+    _until(lambda: runner.get(task.task_id).heartbeat_at > first, "a lease renewal")
+    other = SQLiteStore(path)
+    try:
+        assert Scheduler(other).cancel(task.task_id, time.time(), "operator") is not None
+    finally:
+        other.close()
+    _until(lambda: saw == [task.task_id], "the heartbeat to cancel the coroutine")
+    assert runner.join(JOIN_S)
+    assert runner.get(task.task_id).status is TaskStatus.CANCELED
+
+
 def test_cancel_mid_await_cancels_the_coroutine(make_runner, store, server) -> None:
     app, saw = _awaits_forever(server)
 
