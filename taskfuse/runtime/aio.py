@@ -11,8 +11,8 @@ same claimer and completer as the worker threads (claims in groups, group commit
   (`AsyncExecutor.submit`); how many it claims for the loop is bounded by the worker's
   `async_concurrency` and the kinds' own caps (`LoopRoom`), and a kind at its cap keeps
   its claimed attempts in its own FIFO until one of its coroutines ends;
-* each attempt is an `asyncio.Task` running `fn(ctx, payload)`; its outcome goes to the
-  completer (`LoopFeed.finished`) like a thread's;
+* each attempt is an `asyncio.Task` running `fn(ctx, payload)`; the outcomes that
+  ended in one turn of the loop go to the completer together (`LoopFeed.finished`);
 * a stop (cancel, watchdog timeout, lost lease, shutdown) is `Task.cancel()`: the coroutine
   sees CancelledError at its next await, and its slot is free as soon as it unwinds. The
   version check discards whatever it reports late, as for threads;
@@ -114,10 +114,12 @@ class AsyncTaskContext(TaskContext):
 
     def attach(self, aio: asyncio.Task[None]) -> None:
         """The asyncio Task running this attempt (on the loop); cancel it if already told."""
-        with self.host.lock:  # signal_stop holds it: no stop falls between the two
-            self._aio = aio
-            stopped = self._stopped
-        if stopped:
+        # No lock (the fuse lock would stall the loop behind a memory store's group commit):
+        # this writes _aio then reads _stopped, signal_stop writes _stopped then reads
+        # _aio, so under the interpreter's ordering one of the two sees the other and
+        # cancels (both may: a second cancel is harmless).
+        self._aio = aio
+        if self._stopped:
             aio.cancel()
 
     def signal_stop(self) -> None:
@@ -269,8 +271,9 @@ class LoopFeed(Protocol):
         """A coroutine began running `ctx` (on the loop thread)."""
         ...
 
-    def finished(self, ctx: TaskContext, outcome: Outcome) -> None:
-        """`ctx` ended with `outcome`; its slot is free (on the loop thread)."""
+    def finished(self, ended: list[tuple[TaskContext, Outcome]]) -> None:
+        """These attempts ended with these outcomes; their slots are free (on the loop
+        thread, once per turn of the loop for all that ended in it)."""
         ...
 
 
@@ -318,6 +321,9 @@ class AsyncExecutor:
         self._worker_id = worker_id
         self.loop = asyncio.new_event_loop()
         self._running: dict[str, int] = {}  # coroutines per kind (loop thread only)
+        #: Outcomes of this turn of the loop, handed over at its end in one go (one lock
+        #: and one wake-up for all: `_hand_over`).
+        self._ended: list[tuple[TaskContext, Outcome]] = []
         self._queued: dict[str, deque[TaskContext]] = {}  # past their kind's cap
         self._thread: threading.Thread | None = None
         self._watcher: threading.Thread | None = None
@@ -367,8 +373,7 @@ class AsyncExecutor:
     def _begin(self, ctx: TaskContext) -> None:
         kind = ctx.task.kind
         if ctx.stopped:  # canceled, timed out or released while it waited for its turn
-            self._feed.finished(ctx, Outcome.failure(ErrorKind.CANCELED,
-                                                     "stopped before it started"))
+            self._end(ctx, Outcome.failure(ErrorKind.CANCELED, "stopped before it started"))
             return
         self._running[kind] = self._running.get(kind, 0) + 1
         aio = self.loop.create_task(self._run(ctx), name=f"{kind}:{ctx.task.task_id}")
@@ -389,10 +394,19 @@ class AsyncExecutor:
             outcome = Outcome.failure(type(exc).__name__, str(exc))
         kind = ctx.task.kind
         self._running[kind] -= 1
-        self._feed.finished(ctx, outcome)
+        self._end(ctx, outcome)
         queued = self._queued.get(kind)
         while queued and self._running[kind] < (self._kind_caps.get(kind) or 0):
             self._begin(queued.popleft())
+
+    def _end(self, ctx: TaskContext, outcome: Outcome) -> None:
+        if not self._ended:
+            self.loop.call_soon(self._hand_over)
+        self._ended.append((ctx, outcome))
+
+    def _hand_over(self) -> None:
+        ended, self._ended = self._ended, []
+        self._feed.finished(ended)
 
     # -- the lag watcher (its own thread) --------------------------------------------------
 

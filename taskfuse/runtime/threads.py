@@ -720,14 +720,15 @@ class Runner:
         if self.scheduler.emit.sinks:
             self._emit_thread_wait(ctx.task)
 
-    def finished(self, ctx: TaskContext, outcome: Outcome) -> None:
-        """A coroutine attempt ended: its outcome waits for the completer's next group."""
+    def finished(self, ended: list[tuple[TaskContext, Outcome]]) -> None:
+        """Coroutine attempts ended: their outcomes wait for the completer's next group."""
         at = self.attempts
-        key = key_of(ctx.task)
         with at.mu:
-            if at.aio.pop(key, None) is not None:
-                self.loop_room.give(ctx.task.kind)
-            at.committing[key] = (ctx, outcome)
+            for ctx, outcome in ended:
+                key = key_of(ctx.task)
+                if at.aio.pop(key, None) is not None:
+                    self.loop_room.give(ctx.task.kind)
+                at.committing[key] = (ctx, outcome)
             at.outcomes.notify()
             if not at.aio:
                 at.loop_idle.notify_all()
