@@ -172,6 +172,16 @@ def call_plan(name: str, side: CallSide,
             yield Backoff(delay)
 
 
+def _after(plan: Generator[Try | Backoff, AttemptFailed | None, None],
+           error: AttemptFailed | None) -> Try | Backoff | None:
+    """The plan's next step once an attempt ended (`error` None: it succeeded); None when
+    the call is done (a failure for good raises from the plan)."""
+    try:
+        return plan.send(error)
+    except StopIteration:
+        return None
+
+
 def run_call(name: str, side: CallSide, fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Any:
     """The plan (`call_plan`) on this thread; returns what `fn` returned, or raises."""
@@ -187,9 +197,7 @@ def run_call(name: str, side: CallSide, fn: Callable[..., Any], args: tuple[Any,
             result, error = side.attempt(fn, args, kwargs, step.timeout_s), None
         except AttemptFailed as failed:
             error = failed
-        try:
-            step = plan.send(error)
-        except StopIteration:
+        if (step := _after(plan, error)) is None:
             return result
 
 
@@ -226,9 +234,7 @@ async def arun_call(name: str, side: Any, fn: Callable[..., Any], args: tuple[An
             result, error = await side.attempt(fn, args, kwargs, step.timeout_s), None
         except AttemptFailed as failed:
             error = failed
-        try:
-            step = plan.send(error)
-        except StopIteration:
+        if (step := _after(plan, error)) is None:
             return result
 
 
