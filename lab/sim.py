@@ -44,6 +44,7 @@ from lab.scenario import (
 )
 from lab.store import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
+from taskfuse.core.capacity import replaces_stuck, retires_on_return
 from taskfuse.core.events import Event, EventKind, slot_wait, thread_wait
 from taskfuse.core.metrics import AlertEvaluator
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
@@ -566,7 +567,7 @@ class Simulation:
         stats.stuck_changed(self.env.now, +1)
         if task.kind not in self.overlap_kinds:
             self.excluded.add(task.task_id)
-        if slot.number >= 0 and stats.stuck <= self.stuck_bound:  # a replacement thread
+        if slot.number >= 0 and replaces_stuck(stats.stuck, self.stuck_bound):  # replacement
             stats.replaced += 1
             self._start_worker()
 
@@ -577,7 +578,8 @@ class Simulation:
         stats = self.stats
         stats.stuck_changed(self.env.now, -1)
         self.excluded.discard(task.task_id)
-        if slot.number >= 0 and self.live - stats.stuck > self.sc.workers:  # type: ignore[operator]
+        if slot.number >= 0 and retires_on_return(self.live - stats.stuck,
+                                                  self.sc.workers):  # type: ignore[arg-type]
             slot.retiring = True
             stats.retired += 1
             self.live -= 1

@@ -334,6 +334,11 @@ class GuardCollector(Collector):
             now = runner.clock()
             families = _guard_families(list(runner.scheduler.guards.values()), now)
         yield _gauge("taskfuse_worker_busy_threads", "Tasks this process is running now.", busy)
+        lag, lag_max = runner.loop_lag()
+        yield _gauge("taskfuse_worker_loop_lag_seconds", "How late the event loop of async "
+                     "tasks answered its last ping (a task blocking it delays every one).", lag)
+        yield _gauge("taskfuse_worker_loop_lag_max_seconds", "The largest event loop lag "
+                     "seen since the worker started.", lag_max)
         yield from _stuck_families(stuck)
         yield from families
         yield from _pool_families(runner)

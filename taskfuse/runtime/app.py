@@ -41,6 +41,7 @@ in one process: four workers with ``bulkhead=14`` allow 56 calls at once. Two wa
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import random
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -73,7 +74,7 @@ from taskfuse.runtime.schedules import Schedule, from_limits, periodic_schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 Scope = Literal["process", "fleet"]
-Executor = Literal["thread", "process"]
+Executor = Literal["thread", "process", "async"]
 Serializer = Literal["json", "pickle"]
 _UNSET: Any = object()
 
@@ -99,7 +100,8 @@ class TaskDef:
     downstreams: tuple[str, ...] = ()
     priority: int = 0
     #: "thread": runs on the worker thread; "process": in a task process that can be killed
-    #: (taskfuse.runtime.procexec), its payload and result crossing as `serializer`.
+    #: (taskfuse.runtime.procexec), its payload and result crossing as `serializer`;
+    #: "async": an `async def` run as a coroutine on the worker's event loop (runtime.aio).
     executor: Executor = "thread"
     serializer: Serializer = "json"
 
@@ -176,7 +178,7 @@ class App:
         downstreams: Sequence[str] = (),
         priority: int = 0,
         policy: RetryPolicy | None = None,
-        executor: Executor = "thread",
+        executor: Executor | None = None,
         serializer: Serializer | None = None,
     ) -> Callable[[F], F]:
         """Register `fn(ctx, payload)` for `kind`; the function is returned unchanged.
@@ -184,17 +186,23 @@ class App:
         ``executor="process"`` runs it in a task process that is killed when the attempt
         must stop (a timeout, a cancel), for work that may hang without looking at `ctx`;
         its payload and result cross as ``serializer`` ("json", the default, or "pickle").
+        An ``async def`` runs on the worker's event loop (``executor="async"``, the default
+        for one): a task waiting on a call holds no thread, and its timeout or cancel
+        cancels the coroutine (taskfuse.runtime.aio).
         The limits' `kinds.KIND` entry, when there is one, overrides what is given here.
         """
         if kind in self.tasks:
             raise RuntimeConfigError(f"kind {kind!r} is already registered")
-        _check_executor(kind, executor, serializer)
+        _check_executor(kind, executor or "thread", serializer)  # refused before decorating
 
         def register(fn: F) -> F:
-            if executor == "process":  # refused here, not in a task process at the first run
+            chosen = executor or ("async" if inspect.iscoroutinefunction(fn) else "thread")
+            _check_executor(kind, chosen, serializer)
+            _check_coroutine(kind, fn, chosen)
+            if chosen == "process":  # refused here, not in a task process at the first run
                 fn_reference(kind, fn)
             self.tasks[kind] = TaskDef(kind, fn, timeout, max_retry, tuple(downstreams), priority,
-                                       executor, serializer or "json")
+                                       chosen, serializer or "json")
             if policy is not None:
                 self._policies[kind] = _with_runtime_fatal(policy)
             return fn
@@ -334,6 +342,7 @@ class App:
             return d
         moved = self._moved.get((kind, k.executor))
         if moved is None or moved.fn is not d.fn:
+            _check_coroutine(kind, d.fn, k.executor)
             if k.executor == "process":
                 fn_reference(kind, d.fn)
             moved = self._moved[(kind, k.executor)] = replace(d, executor=k.executor)
@@ -436,6 +445,17 @@ class App:
         if self.seed is None:
             return random.Random(secrets.randbits(64))
         return random.Random(f"{self.seed}:{concern}")
+
+
+def _check_coroutine(kind: str, fn: Callable[..., Any], executor: str) -> None:
+    """An `async def` runs on the event loop only, and the event loop runs only those."""
+    coroutine = inspect.iscoroutinefunction(fn)
+    if coroutine and executor != "async":
+        raise RuntimeConfigError(f"kind {kind!r}: {fn.__qualname__} is an async def, which "
+                                 f"runs on executor 'async' only, not {executor!r}")
+    if executor == "async" and not coroutine:
+        raise RuntimeConfigError(f"kind {kind!r}: executor 'async' runs an async def, and "
+                                 f"{fn.__qualname__} is a plain function")
 
 
 def _check_executor(kind: str, executor: str, serializer: str | None) -> None:

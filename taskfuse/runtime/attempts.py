@@ -6,7 +6,9 @@ the commit of its outcome it is in exactly one of three places here:
 * **buffered**: claimed, waiting for a free worker thread (a prefetch of at most `prefetch`
   beyond the threads while tasks are short, so a claim round trip overlaps with work, and
   at least `ahead_per_thread` per thread whatever their length: the limits' claim_batch);
-* **running**: a worker thread executes it (`TaskContext`);
+* **running**: a worker thread executes it (`TaskContext`), or, for a kind of the async
+  executor, **on the loop**: a coroutine runs it (or waits for its kind's cap) on the
+  worker's event loop (`aio`), holding no thread;
 * **committing**: its outcome waits for the completer's next group commit.
 
 All three are renewed by the heartbeat, so a prefetched task or an outcome that waits out a
@@ -67,6 +69,8 @@ class Attempts:
     mu: threading.Lock = field(default_factory=threading.Lock)
     buffer: deque[TaskContext] = field(default_factory=deque)
     running: dict[AttemptKey, TaskContext] = field(default_factory=dict)
+    #: Attempts handed to the event loop (async kinds): no thread, not in `busy()`.
+    aio: dict[AttemptKey, TaskContext] = field(default_factory=dict)
     committing: dict[AttemptKey, tuple[TaskContext, Outcome]] = field(default_factory=dict)
     #: Attempts told to stop whose thread has not returned, by key: monotonic time of the stop.
     stopped: dict[AttemptKey, float] = field(default_factory=dict)
@@ -84,6 +88,7 @@ class Attempts:
         self.work = threading.Condition(self.mu)  # a buffered attempt, or a reason to exit
         self.outcomes = threading.Condition(self.mu)  # an outcome to commit
         self.settled = threading.Condition(self.mu)  # a group committed
+        self.loop_idle = threading.Condition(self.mu)  # the event loop holds no attempt
 
     # -- capacity (mu held) ----------------------------------------------------------------
 
@@ -121,6 +126,7 @@ class Attempts:
         """Every attempt held here, for the heartbeat and the claim's exclusions."""
         tasks = [ctx.task for ctx in self.buffer]
         tasks += [ctx.task for ctx in self.running.values()]
+        tasks += [ctx.task for ctx in self.aio.values()]
         tasks += [ctx.task for ctx, _ in self.committing.values()]
         return tasks
 
@@ -128,12 +134,14 @@ class Attempts:
         """Contexts of attempts not yet executed or executing (a stop must reach them)."""
         yield from self.buffer
         yield from self.running.values()
+        yield from self.aio.values()
 
     def idle(self, batch_id: str | None = None) -> bool:
         """Nothing (of the batch) buffered, executing (stuck threads aside) or waiting for a
         commit here."""
         if batch_id is None:
-            return not self.buffer and self.busy() <= 0 and not self.committing
+            return (not self.buffer and self.busy() <= 0 and not self.committing
+                    and not self.aio)
         stuck = self.stuck
         return not any(t.batch_id == batch_id for t in self.in_flight()
                        if (t.task_id, t.version) not in stuck)

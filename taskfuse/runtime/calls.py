@@ -25,11 +25,13 @@ one jitter stream and one set of fuses per downstream.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Generator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskfuse.core.retry import ErrorKind, RetryPolicy, RetryThrottle
@@ -38,9 +40,8 @@ from taskfuse.limits.schema import ClientLimits
 from taskfuse.runtime.errors import TaskCanceled, TaskError, outcome_of
 
 if TYPE_CHECKING:
-    from taskfuse.core.guard import Guard
     from taskfuse.runtime.context import TaskContext
-    from taskfuse.runtime.threads import Runner
+    from taskfuse.runtime.host import Host
 
 _TIMEOUT = ErrorKind.TIMEOUT.value
 
@@ -74,7 +75,7 @@ class CallFailed(TaskError):
     """A call that failed for good: its last error kind, and the retry policy's reason."""
 
 
-class _Attempt(TaskError):
+class AttemptFailed(TaskError):
     """One failed attempt, raised inside the fuses so they record it with its kind."""
 
     def __init__(self, kind: str, cause: BaseException | None) -> None:
@@ -107,7 +108,7 @@ class CallClient:
 class CallSide(Protocol):
     """What the loop of one logical call asks of the driver it runs in.
 
-    On a thread the answers are local (`ThreadSide`); in a task process the client's state
+    On a thread the answers are local (`context.ThreadSide`); in a task process the client's state
     (budget, jitter, counters) and the fuses stay in the worker, shared with thread tasks,
     and are asked over the pipe (taskfuse.runtime.procworker), while `fn` runs where the
     task runs. One loop (`run_call`) for both, so both keep the whole policy.
@@ -133,34 +134,77 @@ class CallSide(Protocol):
         ...
 
 
-def run_call(name: str, side: CallSide, fn: Callable[..., Any], args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> Any:
-    """The loop of the module doc; returns what `fn` returned, or raises."""
+@dataclass(frozen=True, slots=True)
+class Try:
+    """The plan's answer: make one attempt now, with this client timeout."""
+
+    timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """The plan's answer: wait `seconds` (cut short by a stop), then ask again."""
+
+    seconds: float
+
+
+def call_plan(name: str, side: CallSide,
+              kwargs: dict[str, Any]) -> Generator[Try | Backoff, AttemptFailed | None, None]:
+    """The loop of the module doc as a plan both kinds of driver interpret: it yields `Try`
+    (send back the attempt's failure, None for a success: then the plan ends) or `Backoff`
+    (send None once waited). Every decision is here; a thread driver (`run_call`) and the
+    event loop's (`taskfuse.runtime.aio`) only wait and run `fn`."""
     timeout_s = side.begin()
     if timeout_s is not None:
         kwargs.setdefault("timeout", timeout_s)
     retry = 0
     previous: float | None = None
     while True:
-        try:
-            result, error = side.attempt(fn, args, kwargs, timeout_s), None
-        except _Attempt as failed:
-            error = failed
+        error = yield Try(timeout_s)
         again, delay, why = side.settle(retry, None if error is None else error.kind, previous)
         if error is None:
-            return result
+            return
         if not again:
             raise CallFailed(error.kind, f"{name}: {why}") from error.cause
         retry += 1
         previous = delay
-        if delay > 0 and side.pause(delay):
-            raise TaskCanceled(f"stopped while backing off from downstream {name!r}")
+        if delay > 0:
+            yield Backoff(delay)
+
+
+def _after(plan: Generator[Try | Backoff, AttemptFailed | None, None],
+           error: AttemptFailed | None) -> Try | Backoff | None:
+    """The plan's next step once an attempt ended (`error` None: it succeeded); None when
+    the call is done (a failure for good raises from the plan)."""
+    try:
+        return plan.send(error)
+    except StopIteration:
+        return None
+
+
+def run_call(name: str, side: CallSide, fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+    """The plan (`call_plan`) on this thread; returns what `fn` returned, or raises."""
+    plan = call_plan(name, side, kwargs)
+    step = next(plan)
+    while True:
+        if isinstance(step, Backoff):
+            if side.pause(step.seconds):
+                raise TaskCanceled(f"stopped while backing off from downstream {name!r}")
+            step = next(plan)
+            continue
+        try:
+            result, error = side.attempt(fn, args, kwargs, step.timeout_s), None
+        except AttemptFailed as failed:
+            error = failed
+        if (step := _after(plan, error)) is None:
+            return result
 
 
 def attempt_through(admit: AbstractContextManager[Any], clock: Callable[[], float],
                     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     timeout_s: float | None) -> Any:
-    """`fn` inside the fuses' context manager `admit`; a failure leaves as _Attempt with its
+    """`fn` inside the fuses' context manager `admit`; a failure leaves as AttemptFailed with its
     error kind, and an answer later than `timeout_s` (by `clock`) is a timeout."""
     with admit:
         began = clock()
@@ -169,14 +213,57 @@ def attempt_through(admit: AbstractContextManager[Any], clock: Callable[[], floa
         except TaskCanceled:
             raise
         except Exception as exc:
-            raise _Attempt(error_kind(exc), exc) from exc
-        if timeout_s is not None and clock() - began > timeout_s:
-            raise _Attempt(_TIMEOUT, TimeoutError(f"answered after the client's timeout "
-                                                  f"of {timeout_s:g}s"))
+            raise AttemptFailed(error_kind(exc), exc) from exc
+        _answered_in_time(clock() - began, timeout_s)
     return result
 
 
-def client_of(runner: Runner, name: str) -> CallClient:
+async def arun_call(name: str, side: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+    """The plan (`call_plan`) in a coroutine: `side.attempt` is awaited and a backoff is a
+    loop timer, so a call waiting out a backoff holds no thread; a stop cancels the
+    coroutine (CancelledError at its next await), which replaces the thread's stop check."""
+    plan = call_plan(name, side, kwargs)
+    step = next(plan)
+    while True:
+        if isinstance(step, Backoff):
+            await asyncio.sleep(step.seconds)
+            step = next(plan)
+            continue
+        try:
+            result, error = await side.attempt(fn, args, kwargs, step.timeout_s), None
+        except AttemptFailed as failed:
+            error = failed
+        if (step := _after(plan, error)) is None:
+            return result
+
+
+async def aattempt_through(admit: AbstractAsyncContextManager[Any],
+                           clock: Callable[[], float], fn: Callable[..., Any],
+                           args: tuple[Any, ...], kwargs: dict[str, Any],
+                           timeout_s: float | None) -> Any:
+    """`attempt_through` for a coroutine function `fn`, inside the fuses' async context."""
+    async with admit:
+        began = clock()
+        try:
+            result = await fn(*args, **kwargs)
+        except TaskCanceled:
+            raise
+        except Exception as exc:
+            raise AttemptFailed(error_kind(exc), exc) from exc
+        _answered_in_time(clock() - began, timeout_s)
+    return result
+
+
+def _answered_in_time(took: float, timeout_s: float | None) -> None:
+    """An answer later than the client's timeout is a timeout: the simulated client has
+    given up on it by then."""
+    if timeout_s is not None and took > timeout_s:
+        raise AttemptFailed(_TIMEOUT, TimeoutError(f"answered after the client's timeout "
+                                                   f"of {timeout_s:g}s"))
+
+
+def client_of(runner: Host, name: str) -> CallClient:
     """The runner's client of downstream `name`; a guard added by hand has none of its own:
     the fuses, one attempt, no timeout."""
     client = runner.clients.get(name)
@@ -184,7 +271,7 @@ def client_of(runner: Runner, name: str) -> CallClient:
                                                         random.Random(0))
 
 
-def begin(runner: Runner, client: CallClient) -> float | None:
+def begin(runner: Host, client: CallClient) -> float | None:
     """`CallSide.begin` with the worker's client."""
     if client.budget is not None:
         with client.lock:
@@ -192,7 +279,7 @@ def begin(runner: Runner, client: CallClient) -> float | None:
     return client.timeout_s
 
 
-def settle(runner: Runner, client: CallClient, retry: int, kind: str | None,
+def settle(runner: Host, client: CallClient, retry: int, kind: str | None,
            previous: float | None) -> tuple[bool, float, str]:
     """`CallSide.settle` with the worker's client: the budget sees the outcome, the policy
     decides, under the client's lock (budget and jitter are shared by every thread)."""
@@ -208,34 +295,6 @@ def settle(runner: Runner, client: CallClient, retry: int, kind: str | None,
             client.retries += 1
             return True, decision.delay, ""
     return False, 0.0, decision.reason
-
-
-class ThreadSide:
-    """`CallSide` of a task on a worker thread: everything local."""
-
-    __slots__ = ("_client", "_ctx", "_guard")
-
-    def __init__(self, ctx: TaskContext, guard: Guard) -> None:
-        self._ctx = ctx
-        self._guard = guard
-        self._client = client_of(ctx._runner, guard.name)
-
-    def begin(self) -> float | None:
-        return begin(self._ctx._runner, self._client)
-
-    def attempt(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                kwargs: dict[str, Any], timeout_s: float | None) -> Any:
-        from taskfuse.runtime.context import DownstreamCall
-
-        return attempt_through(DownstreamCall(self._ctx, self._guard),
-                               self._ctx._runner.waits.now, fn, args, kwargs, timeout_s)
-
-    def settle(self, retry: int, kind: str | None,
-               previous: float | None) -> tuple[bool, float, str]:
-        return settle(self._ctx._runner, self._client, retry, kind, previous)
-
-    def pause(self, seconds: float) -> bool:
-        return self._ctx._runner.waits.pause(self._ctx, seconds)
 
 
 def error_kind(exc: BaseException) -> str:

@@ -29,18 +29,19 @@ from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import QUEUED, Guard, Pace, Rejected
 from taskfuse.core.task import Task
 from taskfuse.observe import traceparent as w3c
+from taskfuse.runtime import calls
 from taskfuse.runtime.errors import (
     DownstreamRejected,
     TaskCanceled,
     UnknownDownstream,
     outcome_of,
 )
+from taskfuse.runtime.pools import PoolPermit
 from taskfuse.store import StoreUnavailable, bounded
 
 if TYPE_CHECKING:
     from taskfuse.runtime.fleet import FleetLimits
-    from taskfuse.runtime.pools import PoolPermit
-    from taskfuse.runtime.threads import Runner
+    from taskfuse.runtime.host import Host
     from taskfuse.store.limits import Permit
 
 #: The longest `ctx.cancelled()` waits for a store that does not answer.
@@ -78,11 +79,14 @@ def task_logger(task: Task, worker_id: str | None = None) -> TaskLogger:
 class TaskContext:
     """The running attempt's view of itself; one per attempt, used by its thread only."""
 
-    __slots__ = ("_event", "_logger", "_runner", "_stopped", "task")
+    __slots__ = ("_event", "_logger", "_stopped", "host", "task")
+    #: What `downstream()` and `pool()` make: an executor's context may await instead.
+    _call_type: type[DownstreamCall]
+    _permit_type: type[PoolPermit] = PoolPermit
 
-    def __init__(self, task: Task, runner: Runner) -> None:
+    def __init__(self, task: Task, host: Host) -> None:
         self.task = task
-        self._runner = runner
+        self.host = host
         # The stop signal: a flag, and an Event made only when someone sleeps on it (most
         # tasks never do, and an Event costs more to build than the rest of a claim).
         self._stopped = False
@@ -151,7 +155,7 @@ class TaskContext:
         """
         if self._stopped:
             return True
-        runner = self._runner
+        runner = self.host
         try:
             with bounded(runner.store, CANCEL_CHECK_S):
                 gone = runner.scheduler.is_cancelled(self.task)
@@ -179,14 +183,14 @@ class TaskContext:
         For an executor that waits on something other than `sleep`: the process executor
         waits on its child's pipe and passes an Event whose `set` also wakes that wait.
         """
-        with self._runner.lock:
+        with self.host.lock:
             self._event = event
             if self._stopped:
                 event.set()
 
     def wait_stop(self, seconds: float) -> bool:
         """Wait up to `seconds` for a stop signal; True if one came."""
-        with self._runner.lock:
+        with self.host.lock:
             if self._stopped:
                 return True
             if self._event is None:
@@ -209,7 +213,7 @@ class TaskContext:
         The runner already renews leases of running tasks on a timer; call this inside a long
         step that must not be mistaken for a dead worker.
         """
-        runner = self._runner
+        runner = self.host
         with runner.store_lock():
             ok = runner.scheduler.heartbeat(self.task, runner.clock())
         if not ok:
@@ -220,16 +224,14 @@ class TaskContext:
     def downstream(self, name: str) -> DownstreamCall:
         """Downstream `name`: `.call(fn, ...)` with the client's whole policy (timeout,
         retries, budget: taskfuse.runtime.calls), or a context manager of its fuses only."""
-        guard = self._runner.scheduler.guards.get(name)
+        guard = self.host.scheduler.guards.get(name)
         if guard is None:
-            raise UnknownDownstream(name, list(self._runner.scheduler.guards))
-        return DownstreamCall(self, guard)
+            raise UnknownDownstream(name, list(self.host.scheduler.guards))
+        return self._call_type(self, guard)
 
     def pool(self, name: str) -> PoolPermit:
         """A context manager holding one permit of pool section `name` (runtime.pools)."""
-        from taskfuse.runtime.pools import PoolPermit
-
-        return PoolPermit(self, name)
+        return self._permit_type(self, name)
 
 
 class _Permit:
@@ -257,18 +259,17 @@ class DownstreamCall:
         self._guard = guard
         self._permit = _Permit()
         self._start = 0.0
-        self._fleet: FleetLimits | None = ctx._runner.fleet.get(guard.name)
+        self._fleet: FleetLimits | None = ctx.host.fleet.get(guard.name)
         self._fleet_permit: Permit | None = None
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """`fn(*args, **kwargs)` as one logical call: timeout, retries, budget and the fuses
         of every attempt, as the simulator's client applies them (taskfuse.runtime.calls)."""
-        from taskfuse.runtime.calls import ThreadSide, run_call
-
-        return run_call(self._guard.name, ThreadSide(self._ctx, self._guard), fn, args, kwargs)
+        side = ThreadSide(self._ctx, self._guard)
+        return calls.run_call(self._guard.name, side, fn, args, kwargs)
 
     def __enter__(self) -> DownstreamCall:
-        runner, guard, permit = self._ctx._runner, self._guard, self._permit
+        runner, guard, permit = self._ctx.host, self._guard, self._permit
         if self._ctx.stopped:  # a stopped (e.g. stale) attempt takes no permit, makes no call
             raise TaskCanceled(f"stopped before calling downstream {guard.name!r}")
         with runner.lock:
@@ -299,7 +300,7 @@ class DownstreamCall:
         Waiting is the store's (woken by a release in any process), bounded like a local
         permit wait by the task's deadline, and cut short by a stop.
         """
-        ctx, runner = self._ctx, self._ctx._runner
+        ctx, runner = self._ctx, self._ctx.host
         if fleet.bulkhead is not None:
             holder = f"{runner.worker_id}/{ctx.task_id}@{ctx.task.version}"  # the attempt
             self._fleet_permit = fleet.try_acquire(holder)
@@ -337,11 +338,17 @@ class DownstreamCall:
                                      self._guard.name, exc_info=True)
 
     def _wait_for_permit(self) -> Any:
-        ctx, runner, permit = self._ctx, self._ctx._runner, self._permit
+        ctx, runner, permit = self._ctx, self._ctx.host, self._permit
         began = time.monotonic()
         bound = max(0.0, ctx.deadline - runner.clock()) + PERMIT_WAIT_SLACK_S
         assert permit.event is not None
         permit.event.wait(bound)
+        return self._after_wait(began)
+
+    def _after_wait(self, began: float) -> Any:
+        """After a queued permit's wait ended (granted, stopped or out of time): the
+        admission's next answer, or the permit given back and TaskCanceled / TimeoutError."""
+        ctx, runner, permit = self._ctx, self._ctx.host, self._permit
         with runner.lock:
             runner.permit_done(ctx.task)
             if not permit.granted:
@@ -360,8 +367,8 @@ class DownstreamCall:
 
     def _pace(self, wait: float) -> None:
         ctx = self._ctx
-        if ctx._runner.waits.pause(ctx, wait):
-            with ctx._runner.lock:
+        if ctx.host.waits.pause(ctx, wait):
+            with ctx.host.lock:
                 self._give_back(queued=False)
             raise TaskCanceled(f"stopped while pacing for downstream {self._guard.name!r}")
 
@@ -369,7 +376,7 @@ class DownstreamCall:
         """Return an unused permit (under the runner lock); wake whoever it goes to."""
         woken = self._guard.abandon(self._permit, queued)
         if woken is not None:
-            self._ctx._runner.grant([woken])
+            self._ctx.host.grant([woken])
 
     def __exit__(
         self,
@@ -385,7 +392,7 @@ class DownstreamCall:
         `latency` is measured here unless given: a call made from a task process is
         admitted here but timed there, so the fuses see the call, not the pipe.
         """
-        runner = self._ctx._runner
+        runner = self._ctx.host
         if latency is None:
             latency = runner.waits.now() - self._start
         ok = error_kind is None
@@ -405,9 +412,38 @@ class DownstreamCall:
                           self._ctx.attempt, None, self._guard.name, latency))
 
 
+class ThreadSide:
+    """`CallSide` of a task on a worker thread: everything local."""
+
+    __slots__ = ("_client", "_ctx", "_guard")
+
+    def __init__(self, ctx: TaskContext, guard: Guard) -> None:
+        self._ctx = ctx
+        self._guard = guard
+        self._client = calls.client_of(ctx.host, guard.name)
+
+    def begin(self) -> float | None:
+        return calls.begin(self._ctx.host, self._client)
+
+    def attempt(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], timeout_s: float | None) -> Any:
+        return calls.attempt_through(DownstreamCall(self._ctx, self._guard),
+                                     self._ctx.host.waits.now, fn, args, kwargs, timeout_s)
+
+    def settle(self, retry: int, kind: str | None,
+               previous: float | None) -> tuple[bool, float, str]:
+        return calls.settle(self._ctx.host, self._client, retry, kind, previous)
+
+    def pause(self, seconds: float) -> bool:
+        return self._ctx.host.waits.pause(self._ctx, seconds)
+
+
 def call_error_kind(exc: BaseException | None) -> str:
     """The error kind of a failed call, named as the task's outcome would name it
     (ConnectionResetError -> connection_reset), so call errors and retries agree."""
     if exc is None:
         return "error"
     return outcome_of(exc).error_kind or type(exc).__name__
+
+
+TaskContext._call_type = DownstreamCall

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from taskfuse.core.bulkhead import Bulkhead
 from taskfuse.core.events import Event, EventKind
@@ -44,7 +45,7 @@ class Ticket:
     __slots__ = ("event", "granted")
 
     def __init__(self) -> None:
-        self.event: threading.Event | None = None
+        self.event: Any = None  # a threading.Event, or a loop signal (runtime.aio)
         self.granted = False
 
 
@@ -83,18 +84,18 @@ class PoolSection:
     def closed(self) -> bool:
         return self._closed
 
-    def enter(self, ticket: Ticket) -> bool:
-        """A permit now (True), or the ticket queued with an Event to wait on (False)."""
+    def enter(self, ticket: Ticket, signal: Callable[[], Any] = threading.Event) -> bool:
+        """A permit now (True), or the ticket queued with a signal to wait on (False): a
+        threading.Event, or for a coroutine an object whose `set()` resolves its future."""
         with self._lock:
             if not self._closed and self._gate.try_acquire(ticket):
                 self.granted += 1
                 ticket.granted = True
                 return True
+            ticket.event = signal()
             if self._closed:
-                ticket.event = threading.Event()
                 ticket.event.set()  # a closed section answers at once: no permit
                 return False
-            ticket.event = threading.Event()
             self._waiters.add(ticket)
             return False
 
@@ -106,6 +107,11 @@ class PoolSection:
         """
         assert ticket.event is not None
         ticket.event.wait(self.acquire_timeout_s if timeout is None else timeout)
+        return self.settle(ticket)
+
+    def settle(self, ticket: Ticket) -> bool:
+        """After a queued ticket's wait ended (granted, timed out or woken): True when the
+        permit is held; else the ticket leaves the queue."""
         with self._lock:
             self._waiters.discard(ticket)
             if ticket.granted:
@@ -183,7 +189,7 @@ class PoolPermit:
     __slots__ = ("_ctx", "_held", "section")
 
     def __init__(self, ctx: TaskContext, name: str) -> None:
-        sections = ctx._runner.pools
+        sections = ctx.host.pools
         section = sections.get(name)
         if section is None:
             raise RuntimeConfigError(f"pool {name!r} is not configured (configured: "
@@ -196,7 +202,7 @@ class PoolPermit:
         """Take the permit (waiting in line if need be); raises TaskError(pool_timeout)."""
         if self._held:
             raise RuntimeError(f"this permit of pool {self.section.name!r} is already held")
-        ctx, runner, section = self._ctx, self._ctx._runner, self.section
+        ctx, runner, section = self._ctx, self._ctx.host, self.section
         ticket = Ticket()
         if not section.enter(ticket):
             began = time.monotonic()
@@ -205,24 +211,29 @@ class PoolPermit:
             if ctx.stopped:
                 assert ticket.event is not None
                 ticket.event.set()
-            ok = section.wait(ticket)
-            waited = time.monotonic() - began
-            with runner.lock:
-                runner.permit_done(ctx.task)
-                task = ctx.task
-                runner.emit(Event(runner.clock(), EventKind.WAIT, task.task_id, task.batch_id,
-                                  task.trace_id, None, None, "pool" if ok else POOL_TIMEOUT,
-                                  task.attempt, task.worker_id, section.name, waited))
-            if ok and ctx.stopped:
-                section.release()
-                ok = False
-            if not ok:
-                if ctx.stopped:
-                    raise TaskCanceled(f"stopped while waiting for pool {section.name!r}")
-                section.timed_out()
-                raise TaskError(POOL_TIMEOUT, _no_permit(section))
+            self._after_wait(section.wait(ticket), began)
         self._held = True
         return self
+
+    def _after_wait(self, ok: bool, began: float) -> None:
+        """After a queued wait ended (`ok`: the permit is held): record the wait; a stop or
+        a timeout gives the permit back and raises TaskCanceled / TaskError(pool_timeout)."""
+        ctx, runner, section = self._ctx, self._ctx.host, self.section
+        waited = time.monotonic() - began
+        with runner.lock:
+            runner.permit_done(ctx.task)
+            task = ctx.task
+            runner.emit(Event(runner.clock(), EventKind.WAIT, task.task_id, task.batch_id,
+                              task.trace_id, None, None, "pool" if ok else POOL_TIMEOUT,
+                              task.attempt, task.worker_id, section.name, waited))
+        if ok and ctx.stopped:
+            section.release()
+            ok = False
+        if not ok:
+            if ctx.stopped:
+                raise TaskCanceled(f"stopped while waiting for pool {section.name!r}")
+            section.timed_out()
+            raise TaskError(POOL_TIMEOUT, _no_permit(section))
 
     def release(self) -> None:
         """Give the permit back (once)."""

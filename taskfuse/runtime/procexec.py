@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from taskfuse.runtime.context import DownstreamCall, TaskContext
 
 #: Where a kind's function runs: a worker thread (the default) or a task process.
-EXECUTORS = ("thread", "process")
+EXECUTORS = ("thread", "process", "async")
 #: Seconds between SIGTERM (the task's `finally` blocks run) and SIGKILL.
 KILL_GRACE_S = 0.5
 START_METHOD = "forkserver"
@@ -475,10 +475,10 @@ class _Attempt:
             elif op == "call_begin":
                 (name,) = args
                 ctx.downstream(name)  # an unknown name is refused here, as on a thread
-                value = calls.begin(ctx._runner, calls.client_of(ctx._runner, name))
+                value = calls.begin(ctx.host, calls.client_of(ctx.host, name))
             elif op == "call_settle":
                 name, retry, kind, previous = args
-                value = calls.settle(ctx._runner, calls.client_of(ctx._runner, name), retry,
+                value = calls.settle(ctx.host, calls.client_of(ctx.host, name), retry,
                                      kind, previous)
             elif op == "heartbeat":
                 value = ctx.heartbeat()

@@ -61,12 +61,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskfuse.core.capacity import claim_room, replaces_stuck, retires_on_return
 from taskfuse.core.events import Event, EventKind, EventSink, thread_wait
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import Store, WorkerBeat
 from taskfuse.core.task import Outcome, Task, TaskSpec
+from taskfuse.runtime.aio import AsyncExecutor, AsyncTaskContext, LoopRoom
 from taskfuse.runtime.app import App
 from taskfuse.runtime.attempts import AttemptKey, Attempts, Stuck, key_of
 from taskfuse.runtime.calls import REAL_WAITS, CallClient, Waits
@@ -147,6 +149,7 @@ class Runner:
         group_wait_s: float = 0.002,
         stuck_after_s: float = 1.0,
         stuck_threads_max: int | None = None,
+        async_concurrency: int | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
@@ -201,6 +204,15 @@ class Runner:
         self._thread_of: dict[AttemptKey, str] = {}
         #: Kinds whose retries may run beside a stuck earlier attempt (kinds.KIND.overlap).
         self._overlap = frozenset(k for k, v in app.limits.kinds.items() if v.overlap)
+        #: Each kind's executor as the limits place it (a bad placement is refused here);
+        #: kinds of the async executor run on an event loop thread (`runtime.aio`).
+        self._executor_of = {kind: app.definition(kind).executor for kind in app.tasks}
+        self._thread_kinds = any(e != "async" for e in self._executor_of.values()) \
+            or not self._executor_of
+        self.aio: AsyncExecutor | None = None
+        self.loop_room = LoopRoom(0, {})
+        if "async" in self._executor_of.values():
+            self._start_loop_later(async_concurrency)
         self._threads: list[threading.Thread] = []
         self._workers: list[threading.Thread] = []
         self._committer: threading.Thread | None = None
@@ -220,6 +232,19 @@ class Runner:
     def __repr__(self) -> str:
         return f"Runner(worker_id={self.worker_id!r}, workers={self.workers}, app={self.app!r})"
 
+    def _start_loop_later(self, async_concurrency: int | None) -> None:
+        """The event loop of the async kinds and its room (the limits' caps); started by
+        `start`."""
+        limits = self.app.limits
+        caps = {kind: (k.async_concurrency if (k := limits.kinds.get(kind)) else None)
+                for kind, e in self._executor_of.items() if e == "async"}
+        self.loop_room = LoopRoom(async_concurrency or limits.async_concurrency, caps)
+        #: Free slots on the loop that wake the claimer: a claim round trip per ended
+        #: coroutine cost a store query per task at thousands of tasks a second.
+        self._loop_wake_at = max(1, min(_MAX_GROUP // 8, self.loop_room.free() // 16))
+        self.aio = AsyncExecutor(self, lambda kind: self.app.definition(kind).fn, caps,
+                                 self.emit, self.clock, self.worker_id)
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Runner:
@@ -233,6 +258,8 @@ class Runner:
         schedules = schedule_role(self, self._closing)  # an unknown kind: refused here
         self._started = True
         self._started_at = self.clock()
+        if self.aio is not None:
+            self.aio.start()
         if self._trace_path is not None:
             from taskfuse.runtime.tracing import RuntimeTrace
 
@@ -308,14 +335,19 @@ class Runner:
             released = self._release(self._take_buffer(), "shutdown")
         for thread in self._workers:
             thread.join(max(0.0, deadline - time.monotonic()))
+        self._wait_loop_idle(deadline)
         with self.attempts.mu:
-            running = list(self.attempts.running.values())
+            running = [*self.attempts.running.values(), *self.attempts.aio.values()]
         with bounded(self.store, max(0.1, (hard - time.monotonic()) / 2)):
             released += self._release(running, "shutdown")
         self.procs.close()  # after the release: a killed attempt must not count as failed
         for thread in self._workers:  # threads of killed task processes return now
             thread.join(max(0.0, hard - time.monotonic()) / 2)
+        if self.aio is not None:  # released coroutines were canceled: they end at once
+            self._wait_loop_idle(hard)
         self._drain_commits(max(0.1, hard - time.monotonic()))
+        if self.aio is not None:
+            self.aio.close(max(0.1, hard - time.monotonic()))
         if self._started:
             with bounded(self.store, max(0.1, hard - time.monotonic())):
                 self._beat_worker(stopped=True)
@@ -338,6 +370,13 @@ class Runner:
         # A claim in flight when the stop came may have taken a task this shutdown had just
         # released, and released it again: each task once, as it was last released.
         return list({task.task_id: task for task in released + late}.values())
+
+    def _wait_loop_idle(self, until: float) -> None:
+        """Wait until no attempt is on the event loop, or the monotonic time `until`."""
+        at = self.attempts
+        with at.mu:
+            while at.aio and time.monotonic() < until:
+                at.loop_idle.wait(max(0.0, until - time.monotonic()))
 
     def _take_buffer(self) -> list[TaskContext]:
         at = self.attempts
@@ -568,7 +607,7 @@ class Runner:
                     self._claimer_idle = True  # claims no more: a join asks the store
                     at.settled.notify_all()
                     return
-                want = min(at.want(), _MAX_GROUP)
+                want = min(self._want(), _MAX_GROUP)
                 exclude = at.excluded(self._overlap) if want > 0 else frozenset()
                 full, room = self._bulkhead_room() if want > 0 else (frozenset(), None)
                 if room is not None:  # the claim may bring only tasks that call it
@@ -604,6 +643,16 @@ class Runner:
                 wait = _min(wait, max(0.0, answer.until - self.clock()))
             self._claim_wake.wait(wait)
 
+    def _want(self) -> int:
+        """How many attempts a claim may bring now: for the worker threads (their free
+        threads and prefetch) and for the event loop (its room) (attempts.mu held). A claim
+        cannot choose kinds, so in an app of both, either side may get a few of the other's
+        share, waiting RUNNING in its buffer or its kind's queue."""
+        want = self.attempts.want() if self._thread_kinds else 0
+        if self.aio is not None:
+            want = max(0, want) + self.loop_room.free()
+        return want
+
     def _bulkhead_room(self) -> tuple[frozenset[str], int | None]:
         """Downstreams whose bulkhead is already full of tasks held here, and the fewest
         more tasks any other bulkhead has room for (None: no bulkhead) (attempts.mu held).
@@ -623,28 +672,32 @@ class Runner:
             return frozenset(), None
         held: dict[str, int] = {}
         at = self.attempts
-        for ctx in [*at.buffer, *at.running.values()]:
+        for ctx in [*at.buffer, *at.running.values(), *at.aio.values()]:
             if key_of(ctx.task) in at.stuck:
                 continue
             for name in ctx.task.downstreams:
                 if name in limits:
                     held[name] = held.get(name, 0) + 1
         ahead = at.prefetch_now() / max(1, at.live_threads)  # per permit, as per thread
-        room = {n: limit + int(limit * ahead) - held.get(n, 0) for n, limit in limits.items()}
-        full = frozenset(n for n, r in room.items() if r <= 0)
-        rooms = [r for r in room.values() if r > 0]
-        return full, (min(rooms) if rooms else None)
+        return claim_room(limits, held, ahead)
 
     def _buffer(self, tasks: list[Task]) -> None:
         """Hand claimed attempts to the workers; wake the watchdog for a sooner deadline."""
-        contexts = [TaskContext(task, self) for task in tasks]
+        contexts, on_loop = self._contexts(tasks)
         at = self.attempts
         with at.mu:
-            self.stats.claimed += len(contexts)
+            self.stats.claimed += len(contexts) + len(on_loop)
             late = self._stopping  # claimed while shutdown took the buffer: never started
             if not late:
                 at.buffer.extend(contexts)
                 at.work.notify(len(contexts))
+                for ctx in on_loop:
+                    at.aio[key_of(ctx.task)] = ctx
+                    self.loop_room.take(ctx.task.kind)
+        if on_loop and not late:
+            assert self.aio is not None
+            self.aio.submit(on_loop)
+        contexts += on_loop
         if late:  # back at once, as the buffer's were (shutdown returns them too)
             released = self._release(contexts, "shutdown")
             with at.mu:
@@ -657,6 +710,50 @@ class Runner:
                 self._sooner = min(self._sooner, soonest)
                 if soonest + DEADLINE_SLACK_S < self._watchdog_due:
                     self._watch_mu.notify()
+
+    def _contexts(self, tasks: list[Task]) -> tuple[list[TaskContext], list[TaskContext]]:
+        """Contexts of claimed attempts: for the worker threads, and for the event loop."""
+        if self.aio is None:
+            return [TaskContext(task, self) for task in tasks], []
+        threads: list[TaskContext] = []
+        on_loop: list[TaskContext] = []
+        loop, executor_of = self.aio.loop, self._executor_of
+        for task in tasks:
+            if executor_of.get(task.kind) == "async":
+                on_loop.append(AsyncTaskContext(task, self, loop))
+            else:  # an unknown kind fails on a thread, saying so
+                threads.append(TaskContext(task, self))
+        return threads, on_loop
+
+    # -- the event loop's feed (called on the loop thread) ---------------------------------
+
+    def started(self, ctx: TaskContext) -> None:
+        """A coroutine took the attempt: its wait since the claim is a thread_wait, as a
+        buffered task's."""
+        if self.scheduler.emit.sinks:
+            self._emit_thread_wait(ctx.task)
+
+    def finished(self, ended: list[tuple[TaskContext, Outcome]]) -> None:
+        """Coroutine attempts ended: their outcomes wait for the completer's next group."""
+        at = self.attempts
+        with at.mu:
+            for ctx, outcome in ended:
+                key = key_of(ctx.task)
+                if at.aio.pop(key, None) is not None:
+                    self.loop_room.give(ctx.task.kind)
+                at.committing[key] = (ctx, outcome)
+            at.outcomes.notify()
+            if not at.aio:
+                at.loop_idle.notify_all()
+            wake = not at.aio or self.loop_room.free() >= self._loop_wake_at
+        if wake:  # room for a group on the loop: one claim for many ends, not one each
+            self._claim_wake.set()
+
+    def loop_lag(self) -> tuple[float, float]:
+        """The event loop's lag now and the largest seen, in seconds ((0, 0) without one)."""
+        if self.aio is None:
+            return 0.0, 0.0
+        return self.aio.lag_s, self.aio.lag_max_s
 
     # -- the workers -----------------------------------------------------------------------
 
@@ -693,7 +790,7 @@ class Runner:
                              ctx.task.task_id, extra=task_extra(ctx.task))
                 at.committing[key] = (ctx, outcome)
                 at.outcomes.notify()
-                retire = at.live_threads > self.workers
+                retire = retires_on_return(at.live_threads, self.workers)
                 if retire:
                     at.live_threads -= 1
                     self.stats.retired += 1
@@ -780,7 +877,8 @@ class Runner:
                     return None
                 at.outcomes.wait()
             end = time.monotonic() + self._group_wait_s
-            while len(at.committing) < _MAX_GROUP and at.busy() > 0 and not self._closed:
+            while (len(at.committing) < _MAX_GROUP and (at.busy() > 0 or at.aio)
+                   and not self._closed):
                 left = end - time.monotonic()
                 if left <= 0:
                     break
@@ -866,7 +964,7 @@ class Runner:
         than workers + stuck_threads_max threads (attempts.mu held)."""
         at = self.attempts
         extra = {"task_id": stuck.task_id}
-        if count > self.stuck_threads_max:
+        if not replaces_stuck(count, self.stuck_threads_max):
             log.error("worker thread %s is stuck on task %s (kind %r) and is not replaced: "
                       "%d threads are stuck, over the bound of %d; %d threads left to work",
                       stuck.thread, stuck.task_id, stuck.kind, count, self.stuck_threads_max,

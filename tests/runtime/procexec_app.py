@@ -134,6 +134,21 @@ def scripted_call(ctx: Any, payload: Any) -> list[float | None]:
     return result
 
 
+async def scripted_call_async(ctx: Any, payload: Any) -> list[float | None]:
+    """`scripted_call` as a coroutine on the event loop: the same plan, awaited attempts."""
+    failures = list(payload["fail"])
+    given: list[float | None] = []
+
+    async def partner(timeout: float | None = None) -> list[float | None]:
+        given.append(timeout)
+        if failures:
+            raise TaskError(failures.pop(0), "scripted")
+        return given
+
+    result: list[float | None] = await ctx.downstream("partner").call(partner)
+    return result
+
+
 def failing_call(ctx: Any, payload: Any) -> str:
     """A downstream call that fails inside the fuses; the task catches it and goes on."""
     try:

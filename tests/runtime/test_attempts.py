@@ -100,7 +100,7 @@ class Job:
             self.first = ctx
             self.first_started.set()
             assert self.probe.wait(JOIN_S)
-            scheduler = ctx._runner.scheduler
+            scheduler = ctx.host.scheduler
             self.answers["heartbeat"] = ctx.heartbeat()
             self.answers["store_says_stop"] = scheduler.is_cancelled(ctx.task)
             self.answers["cancelled"] = ctx.cancelled()

@@ -336,12 +336,17 @@ def test_a_call_cut_short_by_a_kill_gives_its_permit_back(make_runner, listener)
 _FIXED = {"kind": "fixed", "base": 0.001, "jitter": "none"}
 
 
-@pytest.mark.parametrize("executor", ["thread", "process"])
+def _scripted(executor: str) -> Any:
+    """The scripted call task for `executor`: a coroutine on the event loop for async."""
+    return tasks.scripted_call_async if executor == "async" else tasks.scripted_call
+
+
+@pytest.mark.parametrize("executor", ["thread", "process", "async"])
 def test_a_call_is_retried_by_the_clients_policy_on_either_executor(make_runner,
                                                                     executor) -> None:
     app = App()
     app.downstream("partner", timeout_s=0.5, retry={"max_retry": 3, "backoff": _FIXED})
-    app.task("sync", max_retry=0, executor=executor)(tasks.scripted_call)
+    app.task("sync", max_retry=0, executor=executor)(_scripted(executor))
     events = EventList()
     runner = make_runner(app, workers=1, sinks=[events])
     task = runner.submit("sync", {"fail": ["http_429", "http_503"]})
@@ -354,12 +359,12 @@ def test_a_call_is_retried_by_the_clients_policy_on_either_executor(make_runner,
     assert runner.clients["partner"].retries == 2
 
 
-@pytest.mark.parametrize("executor", ["thread", "process"])
+@pytest.mark.parametrize("executor", ["thread", "process", "async"])
 def test_a_call_that_fails_for_good_fails_the_attempt_with_its_last_kind(make_runner,
                                                                         executor) -> None:
     app = App()
     app.downstream("partner", retry={"max_retry": 1, "backoff": {"kind": "none"}})
-    app.task("sync", max_retry=0, executor=executor)(tasks.scripted_call)
+    app.task("sync", max_retry=0, executor=executor)(_scripted(executor))
     runner = make_runner(app, workers=1)
     task = runner.submit("sync", {"fail": ["http_503", "http_401", "http_500"]})
     assert runner.join(JOIN_S)
@@ -393,7 +398,7 @@ def test_process_and_thread_tasks_spend_one_retry_budget(make_runner) -> None:
     assert runner.clients["partner"].retries == 3
 
 
-@pytest.mark.parametrize("executor", ["thread", "process"])
+@pytest.mark.parametrize("executor", ["thread", "process", "async"])
 def test_an_adaptive_bulkhead_follows_the_calls_of_either_executor(make_runner,
                                                                   executor) -> None:
     """The runtime's call path feeds the adaptive limit: a failed call shrinks it (AIMD,
@@ -401,7 +406,7 @@ def test_an_adaptive_bulkhead_follows_the_calls_of_either_executor(make_runner,
     app = App()
     app.downstream("partner", bulkhead=10, retry={"max_retry": 0},
                    adaptive={"kind": "aimd", "min": 1, "max": 10})
-    app.task("sync", max_retry=0, executor=executor)(tasks.scripted_call)
+    app.task("sync", max_retry=0, executor=executor)(_scripted(executor))
     events = EventList()
     runner = make_runner(app, workers=1, sinks=[events])
     bulkhead = runner.scheduler.guards["partner"].bulkhead
@@ -519,7 +524,7 @@ def test_a_function_no_process_can_import_is_refused_at_registration(fn, why) ->
 
 
 @pytest.mark.parametrize(("options", "says"), [
-    ({"executor": "fork"}, "executor must be one of thread, process, got 'fork'"),
+    ({"executor": "fork"}, "executor must be one of thread, process, async, got 'fork'"),
     ({"executor": "process", "serializer": "yaml"}, "serializer must be one of json, pickle"),
     ({"serializer": "pickle"}, "serializer is for executor='process'"),
 ])
