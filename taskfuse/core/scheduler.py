@@ -31,6 +31,7 @@ from functools import partial
 from itertools import count
 from typing import Any, NamedTuple
 
+from taskfuse.core import bounds
 from taskfuse.core.dag import check_graph
 from taskfuse.core.events import Emitter, Event, EventKind, EventSink, SerialEmitter
 from taskfuse.core.guard import Guard
@@ -190,12 +191,14 @@ class Scheduler:
 
     def _build(self, spec: TaskSpec, now: float, batch_id: str | None) -> Task:
         policy = self.policy_for(spec.kind)
-        timeout = spec.timeout if spec.timeout is not None else self.config.default_timeout
-        if timeout <= 0:
-            raise SchedulerError(f"task timeout must be > 0, got {timeout!r}")
-        max_retry = spec.max_retry if spec.max_retry is not None else policy.max_retry
-        if max_retry < 0:
-            raise SchedulerError(f"max_retry must be >= 0, got {max_retry!r}")
+        try:  # the one place every submission passes: bounds hold for every store
+            timeout = bounds.duration("task timeout", spec.timeout if spec.timeout is not None
+                                      else self.config.default_timeout)
+            max_retry = bounds.count("max_retry", spec.max_retry if spec.max_retry is not None
+                                     else policy.max_retry, 0, bounds.MAX_RETRY)
+            bounds.count("priority", spec.priority, bounds.MIN_INT64, bounds.MAX_INT64)
+        except bounds.BoundError as exc:
+            raise SchedulerError(str(exc)) from None
         # new_task takes SUBMITTED_FIELDS by position, in that order
         return new_task(
             spec.task_id or self._new_id(),

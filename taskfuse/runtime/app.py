@@ -50,6 +50,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from taskfuse.configfile import format_validation_error
+from taskfuse.core import bounds
 from taskfuse.core.breaker import BreakerConfig
 from taskfuse.core.events import EventSink
 from taskfuse.core.retry import RetryPolicy
@@ -186,6 +187,7 @@ class App:
         if kind in self.tasks:
             raise RuntimeConfigError(f"kind {kind!r} is already registered")
         _check_executor(kind, executor, serializer)
+        _check_numbers(kind, timeout, max_retry, priority)
 
         def register(fn: F) -> F:
             if executor == "process":  # refused here, not in a task process at the first run
@@ -401,6 +403,19 @@ class App:
         if self.seed is None:
             return random.Random(secrets.randbits(64))
         return random.Random(f"{self.seed}:{concern}")
+
+
+def _check_numbers(kind: str, timeout: float | None, max_retry: int | None,
+                   priority: int) -> None:
+    """The same bounds as a limits file's (taskfuse.core.bounds), at registration."""
+    try:
+        if timeout is not None:
+            bounds.duration(f"{kind}: timeout", timeout)
+        if max_retry is not None:
+            bounds.count(f"{kind}: max_retry", max_retry, 0, bounds.MAX_RETRY)
+        bounds.count(f"{kind}: priority", priority, bounds.MIN_INT64, bounds.MAX_INT64)
+    except bounds.BoundError as exc:
+        raise RuntimeConfigError(str(exc)) from None
 
 
 def _check_executor(kind: str, executor: str, serializer: str | None) -> None:

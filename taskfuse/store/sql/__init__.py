@@ -110,6 +110,10 @@ def dumps(value: Any, task_id: str, what: str) -> str | None:
         return None
     try:
         return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except RecursionError:  # JSON nested thousands deep: a value, not a bug of ours
+        from taskfuse.store import PayloadError
+
+        raise PayloadError(task_id, what, ValueError("nested too deep")) from None
     except (TypeError, ValueError) as exc:
         from taskfuse.store import PayloadError
 
