@@ -57,6 +57,7 @@ from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
+from taskfuse.store.classify import transient
 from taskfuse.store.redaction import describe_error, remember
 from taskfuse.store.sql import (
     SELECT_TASK,
@@ -369,7 +370,14 @@ class PostgresStore(NamedQueryReads):
                 with self._connect() as conn:
                     return step(conn)
             except psycopg.OperationalError as exc:
+                if not transient(exc):
+                    raise self._refused(exc) from None
                 delay = self._wait_to_retry(exc, deadline, delay)
+
+    def _refused(self, exc: psycopg.Error) -> StoreError:
+        """A permanent error as the call's answer: what PostgreSQL refused, and why."""
+        return StoreError(f"PostgreSQL store {self.url!r} refused a value or a statement: "
+                          f"{self._scrub(exc)}")
 
     def _wait_to_retry(self, exc: psycopg.OperationalError, deadline: float,
                        delay: float) -> float:
@@ -423,9 +431,10 @@ class PostgresStore(NamedQueryReads):
                 with self.pool.connection(timeout=wait) as conn:
                     return op(conn, retried)
             except psycopg.DataError as exc:  # a value PostgreSQL refuses (e.g. NUL in JSON)
-                raise StoreError(f"PostgreSQL store {self.url!r} refused a value: "
-                                 f"{self._scrub(exc)}") from None
+                raise self._refused(exc) from None
             except psycopg.OperationalError as exc:
+                if not transient(exc):  # an answer, not an outage (store/classify.py)
+                    raise self._refused(exc) from None
                 if deadline is None:
                     deadline = time.monotonic() + self.retry_for
                 delay = self._wait_to_retry(exc, deadline, delay)
