@@ -58,7 +58,7 @@ from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
 from taskfuse.store.classify import transient
-from taskfuse.store.redaction import describe_error, remember
+from taskfuse.store.redaction import describe_error, encode_userinfo, remember
 from taskfuse.store.sql import (
     SELECT_TASK,
     STATUS_OF,
@@ -259,6 +259,7 @@ class PostgresStore(NamedQueryReads):
         application_name: str | None = None,
         read_only: bool = False,
     ) -> None:
+        url = encode_userinfo(url)  # an unencoded `/?#@` in a password stays in it
         parts = urlsplit(url)
         if parts.scheme not in ("postgresql", "postgres"):
             raise StoreURLError(f"expected postgresql://..., got {redact_url(url)!r}")
