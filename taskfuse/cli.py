@@ -58,7 +58,7 @@ from taskfuse.limits.schema import MAX_WORKERS, Limits
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 from taskfuse.store import describe_error, open_store, redact_text, redact_url
-from taskfuse.textable import columns
+from taskfuse.textable import columns, shown
 
 if TYPE_CHECKING:
     from taskfuse.observe.prometheus import MetricsServer
@@ -535,9 +535,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         _print_json({"created": created, "task": record_json(task)})
     elif created:
         batch = f" batch={task.batch_id}" if task.batch_id else ""
-        print(f"submitted {task.task_id} kind={task.kind}{batch} trace_id={task.trace_id}")
+        print(shown(f"submitted {task.task_id} kind={task.kind}{batch} "
+                    f"trace_id={task.trace_id}"))
     else:
-        print(f"exists {task.task_id} (idempotency key {args.key!r}) status={task.status.value}")
+        print(shown(f"exists {task.task_id} (idempotency key {args.key!r}) "
+                    f"status={task.status.value}"))
     return 0
 
 
@@ -645,24 +647,25 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             raise CliError(f"no task or batch with id {args.target!r}")
         n = sched.cancel_batch(args.target, now, args.reason)
     if n == 0:
-        print(f"batch {args.target} has no unfinished task; nothing to cancel")
+        print(f"batch {shown(args.target)} has no unfinished task; nothing to cancel")
         return 1
-    print(f"canceled {n} unfinished task(s) of batch {args.target}")
+    print(f"canceled {n} unfinished task(s) of batch {shown(args.target)}")
     return 0
 
 
 def _cancel_task(sched: Scheduler, task: Task, now: float, reason: str) -> int:
     if task.status in TERMINAL:
-        print(f"task {task.task_id} already ended {task.status.value}; nothing to cancel")
+        print(f"task {shown(task.task_id)} already ended {task.status.value}; nothing to "
+              "cancel")
         return 1
     moved = sched.cancel(task.task_id, now, reason)
     if moved is None:  # it ended between our read and the cancel
         current = sched.store.get(task.task_id)
         status = current.status.value if current is not None else "gone"
-        print(f"task {task.task_id} already ended {status}; nothing to cancel")
+        print(f"task {shown(task.task_id)} already ended {status}; nothing to cancel")
         return 1
     note = " (its worker will see ctx.cancelled())" if task.status is TaskStatus.RUNNING else ""
-    print(f"canceled {task.task_id} (was {task.status.value}){note}")
+    print(f"canceled {shown(task.task_id)} (was {task.status.value}){note}")
     return 0
 
 
@@ -765,10 +768,10 @@ def _print_record(task: Task) -> None:
             value = "-"
         elif not isinstance(value, str):
             value = json.dumps(value, default=str)
-        print(f"{key.ljust(width)}  {value}")
+        print(f"{key.ljust(width)}  {shown(value)}")
     print("history (from the record):")
     for when, what in _history(task):
-        print(f"  {_when(when) if when is not None else '':24}  {what}")
+        print(f"  {_when(when) if when is not None else '':24}  {shown(what)}")
 
 
 def _history(task: Task) -> list[tuple[float | None, str]]:
@@ -813,7 +816,7 @@ def _print_event(e: dict[str, Any]) -> None:
     at = e.get("at") or f"t={e['t']:.3f}s"
     parts = [at, e["kind"], e["task_id"] or "", move, e["reason"] or "",
              f"attempt {e['attempt']}" if e["attempt"] else "", e["worker"] or ""]
-    print("  " + "  ".join(p for p in parts if p))
+    print(shown("  " + "  ".join(p for p in parts if p)))
 
 
 
