@@ -177,3 +177,15 @@ def test_a_payload_nested_too_deep_for_json_is_refused_by_a_durable_store(db: st
         assert not any(store.counts().values())
     finally:
         store.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", ["taskfuse", "lab"])
+def test_a_malformed_ipv6_store_url_is_one_line(command: str) -> None:
+    from lab.cli import main as lab_main
+
+    url = "postgresql://u:secret@[::1/db"
+    answer = (answer_of(main, ["status", "--store", url]) if command == "taskfuse"
+              else answer_of(lab_main, ["watch", "--store", url]))
+    # one line and exit 2 (not its time: loading the monitor's modules is slow when busy)
+    assert answer.code == 2 and answer.err.count("\n") == 1, answer.err
+    assert "Invalid IPv6 URL" in answer.err and "secret" not in answer.err

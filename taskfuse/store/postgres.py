@@ -45,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -56,10 +56,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
-from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
+from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url, split_url
 from taskfuse.store.classify import transient
 from taskfuse.store.redaction import describe_error, encode_userinfo, remember
 from taskfuse.store.sql import (
+    CANCEL_FROM,
+    CANCEL_TO,
     SELECT_TASK,
     STATUS_OF,
     VALUE_OF,
@@ -260,7 +262,7 @@ class PostgresStore(NamedQueryReads):
         read_only: bool = False,
     ) -> None:
         url = encode_userinfo(url)  # an unencoded `/?#@` in a password stays in it
-        parts = urlsplit(url)
+        parts = split_url(url)
         if parts.scheme not in ("postgresql", "postgres"):
             raise StoreURLError(f"expected postgresql://..., got {redact_url(url)!r}")
         remember(url)  # its secrets never reach an error or a log line
@@ -896,6 +898,22 @@ class PostgresStore(NamedQueryReads):
         statement its own transaction, each taking its rows in one order (no deadlock)."""
         conn.execute(Q["fold_counts"])
         conn.execute(Q["fold_batch_counts"])
+
+    def cancel_batch(self, batch_id: str, now: float, error_kind: str,
+                     reason: str) -> list[tuple[TaskStatus, Task]]:
+        """Every unfinished task of the batch through the table's CANCEL move in one
+        statement (one round trip, whatever the batch's size); answers (the status it left,
+        its new record). Retried after an unsure commit, it answers what is left to cancel
+        (nothing, if the first one landed)."""
+        params = {"batch_id": batch_id, "now": now, "error_kind": error_kind,
+                  "reason": reason, "dst": CANCEL_TO.value,
+                  "sources": [s.value for s in CANCEL_FROM]}
+
+        def op(conn: psycopg.Connection[Any], _: bool) -> list[tuple[TaskStatus, Task]]:
+            rows = conn.execute(Q["cancel_batch"], params).fetchall()
+            return [(TaskStatus(row[0]), _row_to_task(row[1:])) for row in rows]
+
+        return self._run(op)
 
     def batch_tasks(
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None
