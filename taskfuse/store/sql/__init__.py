@@ -30,7 +30,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from taskfuse.core.states import TaskfuseError, TaskStatus
+from taskfuse.core.states import TRANSITIONS, TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat, beat_of
 from taskfuse.core.task import TASK_FIELDS, Task
 
@@ -246,3 +246,9 @@ def split_statements(script: str, complete: Any) -> list[str]:
 def p99_offset(n: int) -> int:
     """How many durations are longer than the nearest-rank p99 of n (rank ceil(0.99 n))."""
     return n - (99 * n + 99) // 100
+
+
+#: The transition table's CANCEL rule, for the stores' one-statement batch cancel: the
+#: statuses a cancel moves from, and where to (one target, checked here once).
+CANCEL_FROM = tuple(s for s in TaskStatus if (s, TaskEvent.CANCEL) in TRANSITIONS)
+(CANCEL_TO,) = {TRANSITIONS[s, TaskEvent.CANCEL] for s in CANCEL_FROM}
