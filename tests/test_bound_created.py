@@ -34,7 +34,7 @@ def test_a_horizon_that_ends_the_arrivals_early_bounds_the_run(tmp_path: Path) -
 @pytest.mark.parametrize(("rate", "kind"), [(8000, "poisson"), (800, "closed")])
 def test_a_run_that_would_create_too_many_is_refused_and_the_flag_lifts_it(
         tmp_path: Path, rate: float, kind: str) -> None:
-    with pytest.raises(ScenarioError, match="may create .* tasks by the horizon"):
+    with pytest.raises(ScenarioError, match=r"may create .* tasks by the horizon"):
         load_scenario(_file(tmp_path, rate, kind))
     with task_bound(None):
         assert load_scenario(_file(tmp_path, rate, kind)).batches[0].count == 1_000_000

@@ -517,9 +517,17 @@ class Scheduler:
         ):
             raise SchedulerError(f"unknown batch {batch_id!r}")
         moved = self.store.cancel_batch(batch_id, now, ErrorKind.CANCELED, reason)
-        for left, new in moved:  # one event per task, and its dependents as after a cancel
-            old = replace(new, status=left, version=new.version - 1)
-            self._moved(old, new, now, reason)
+        if self.emit.sinks:  # one event per task
+            for left, new in moved:
+                self.emit(Event(now, _MOVE, new.task_id, new.batch_id, new.trace_id, left,
+                                new.status, reason, new.retry_count + 1, new.worker_id))
+        canceled = {new.task_id: new for _, new in moved}
+        # their dependents, found in one query (one each would trail the workers again)
+        for child in self.store.dependents_of(list(canceled)):
+            if child.status not in TERMINAL:
+                parent = next(d for d in child.depends_on if d in canceled)
+                self._cancel_chain(child.task_id, now, f"upstream {parent} ended "
+                                   f"{canceled[parent].status.value}", TaskEvent.UPSTREAM_FAILED)
         return len(moved)
 
     def expire(self, now: float) -> list[Task]:

@@ -449,6 +449,11 @@ class MemoryStore:
             heapq.heappop(delayed)
         return None
 
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks that depend on any of these, each once."""
+        seen = dict.fromkeys(c for t in task_ids for c in self._children.get(t, ()))
+        return [self._tasks[c] for c in seen]
+
     def dependents(self, task_id: str) -> list[Task]:
         return [self._tasks[c] for c in self._children.get(task_id, ())]
 

@@ -899,6 +899,11 @@ class PostgresStore(NamedQueryReads):
         conn.execute(Q["fold_counts"])
         conn.execute(Q["fold_batch_counts"])
 
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks that depend on any of these, each once (one query)."""
+        found = self._tasks("dependents_of", {"ids": list(task_ids)})
+        return list({t.task_id: t for t in found}.values())
+
     def cancel_batch(self, batch_id: str, now: float, error_kind: str,
                      reason: str) -> list[tuple[TaskStatus, Task]]:
         """Every unfinished task of the batch through the table's CANCEL move in one

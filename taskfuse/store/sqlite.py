@@ -703,6 +703,11 @@ class SQLiteStore(NamedQueryReads):
         query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"
         return [r[0] for r in self._conn().execute(Q[query])]
 
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks that depend on any of these, each once (one query)."""
+        found = self._tasks("dependents_of", {"ids": json.dumps(list(task_ids))})
+        return list({t.task_id: t for t in found}.values())
+
     def cancel_batch(self, batch_id: str, now: float, error_kind: str,
                      reason: str) -> list[tuple[TaskStatus, Task]]:
         """Every unfinished task of the batch through the table's CANCEL move: one write

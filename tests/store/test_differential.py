@@ -69,6 +69,9 @@ class DiffStore:
     def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
         return self._both("swap_many", moves)
 
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        return self._both("dependents_of", task_ids)
+
     def cancel_batch(self, batch_id: str, now: float, error_kind: str,
                      reason: str) -> list[tuple[TaskStatus, Task]]:
         """Compared as sets: the order of a database's RETURNING rows is not promised."""

@@ -433,3 +433,9 @@ UPDATE tasks AS t SET status = %(dst)s, version = t.version + 1, finished_at = %
     error_kind = %(error_kind)s, error_msg = %(reason)s, claim_token = NULL
 FROM old WHERE t.task_id = old.task_id
 RETURNING old.status, {task_t}
+
+-- dependents_of --
+-- The tasks that depend on any of these (a batch cancel's dependents, in one query).
+SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
+WHERE d.depends_on = ANY(%(ids)s)
+ORDER BY t.seq, d.pos

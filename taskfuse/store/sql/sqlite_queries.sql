@@ -289,3 +289,9 @@ UPDATE tasks SET status = :dst, version = version + 1, finished_at = :now,
     error_kind = :error_kind, error_msg = :reason, claim_token = NULL
 WHERE batch_id = :batch_id AND status = :src
 RETURNING {task}
+
+-- dependents_of --
+-- The tasks that depend on any of these (a batch cancel's dependents, in one query).
+SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
+WHERE d.depends_on IN (SELECT value FROM json_each(:ids))
+ORDER BY t.seq, d.pos
