@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.scenario import ScenarioError, json_schema, load_scenario
-from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
+from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, number_arg, run_printing
 from taskfuse.version import version_line
 
 
@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="run a scenario in virtual time and print a report")
     sim.add_argument("file", help="scenario YAML file")
     sim.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    sim.add_argument("--max-tasks", type=number_arg(int, 0, 10**9), default=400_000,
+                     metavar="N", help="the most tasks the run may create by its horizon "
+                                       "(400,000; 0: no bound; about 1 KB of memory each)")
     sim.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="KEY.PATH=VALUE", help="override a value (repeatable)")
     sim.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -203,7 +206,10 @@ def simulate(args: argparse.Namespace) -> int:
         from lab.plot import require_matplotlib
 
         require_matplotlib()
-    scenario = load_scenario(args.file, args.overrides, args.limits)
+    from lab.scenario import task_bound
+
+    with task_bound(args.max_tasks or None):
+        scenario = load_scenario(args.file, args.overrides, args.limits)
     seed = scenario.seed if args.seed is None else args.seed
     trace = _trace_path(args, scenario.name, seed)
     if args.watch:

@@ -37,18 +37,28 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, run_printing
+from taskfuse.cliguard import (
+    EXIT_INTERRUPTED,
+    OneLineParser,
+    duration_arg,
+    interruptible,
+    number_arg,
+    period_arg,
+    run_printing,
+    text_arg,
+)
 from taskfuse.configfile import ConfigError, located
+from taskfuse.core import bounds
 from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, derive_batch_status
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Batch, Task, TaskSpec
 from taskfuse.limits.files import read_limits_document
-from taskfuse.limits.schema import Limits
+from taskfuse.limits.schema import MAX_WORKERS, Limits
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 from taskfuse.store import describe_error, open_store, redact_text, redact_url
-from taskfuse.textable import columns
+from taskfuse.textable import columns, shown
 from taskfuse.version import version_line
 
 if TYPE_CHECKING:
@@ -124,19 +134,19 @@ def user_error(exc: BaseException) -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (also used to render --help)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     common.add_argument(
         "--store", default=os.environ.get("TASKFUSE_STORE"),
         help="store URL: sqlite:///PATH, postgresql://..., memory:// (default $TASKFUSE_STORE)",
     )
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="debug logging, and tracebacks for errors")
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", default=False,
                         help="debug logging, and tracebacks for errors")
     parser.add_argument("--version", action="version", version=version_line(PROG))
 
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser)
     for add in (_add_worker, _add_submit, _add_status, _add_cancel, _add_sweep, _add_inspect):
         add(sub, common)
     return parser
@@ -147,21 +157,22 @@ def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
                    help="module:object of the App with the task functions ($TASKFUSE_APP)")
     _limits_arg(p)
-    p.add_argument("--workers", type=_positive_int, default=None,
+    p.add_argument("--workers", type=_workers, default=None,
                    help="worker threads (the limits file's workers, else 4)")
     p.add_argument("--trace", help="write a trace file (follow it with `lab watch --follow`)")
-    p.add_argument("--trace-interval", type=_positive_float, default=1.0, metavar="S",
+    p.add_argument("--trace-interval", type=_period, default=1.0, metavar="S",
                    help="seconds between timeline samples in the trace (1)")
     p.add_argument("--grace", type=_non_negative_float, default=30.0, metavar="S",
                    help="on SIGTERM/SIGINT, seconds running tasks get to finish (30)")
-    p.add_argument("--lease", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--lease", type=_period, default=None, metavar="S",
                    help=f"task lease renewed by heartbeats (the limits' sweeper.lease_s, else "
                         f"the app's, default {DEFAULT_LEASE_S:g})")
-    p.add_argument("--id", dest="worker_id", help="worker id recorded on tasks (host:pid)")
+    p.add_argument("--id", dest="worker_id", type=text_arg,
+                   help="worker id recorded on tasks (host:pid)")
     p.add_argument("--drain", action="store_true",
                    help="exit once no task is PENDING or RUNNING (a one-off batch run)")
     p.add_argument("--log-json", action="store_true", help="log one JSON object per line")
-    p.add_argument("--metrics-port", type=_non_negative_int, default=None, metavar="P",
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="P",
                    help="serve Prometheus metrics at http://ADDR:P/metrics (0: any free port)")
     p.add_argument("--metrics-addr", default="0.0.0.0", metavar="ADDR",
                    help="address the metrics endpoint listens on (0.0.0.0)")
@@ -170,18 +181,20 @@ def _add_worker(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_submit(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("submit", parents=[common], help="submit one task")
-    p.add_argument("kind", help="the task kind (its registered function name)")
-    p.add_argument("--payload", default=None, help="the payload as JSON")
-    p.add_argument("--batch", help="batch id (created if new)")
+    p.add_argument("kind", type=text_arg, help="the task kind (its registered function name)")
+    p.add_argument("--payload", default=None, type=text_arg, help="the payload as JSON")
+    p.add_argument("--batch", type=text_arg, help="batch id (created if new)")
     p.add_argument("--cap", type=_positive_int, help="batch concurrency cap (new batch only)")
-    p.add_argument("--key", help="idempotency key: a second submit returns the first task")
-    p.add_argument("--priority", type=int, default=None, help="higher runs first")
-    p.add_argument("--timeout", type=_positive_float, default=None, metavar="S")
-    p.add_argument("--max-retry", type=_non_negative_int, default=None, metavar="N")
-    p.add_argument("--depends-on", action="append", default=[], metavar="TASK_ID",
+    p.add_argument("--key", type=text_arg,
+                   help="idempotency key: a second submit returns the first task")
+    p.add_argument("--priority", type=_priority, default=None, help="higher runs first")
+    p.add_argument("--timeout", type=_duration, default=None, metavar="S")
+    p.add_argument("--max-retry", type=_retries, default=None, metavar="N")
+    p.add_argument("--depends-on", action="append", default=[], metavar="TASK_ID", type=text_arg,
                    help="run only after this task succeeded (repeatable)")
-    p.add_argument("--id", dest="task_id", help="choose the task id (default: generated)")
-    p.add_argument("--trace-id", metavar="ID",
+    p.add_argument("--id", dest="task_id", type=text_arg,
+                   help="choose the task id (default: generated)")
+    p.add_argument("--trace-id", metavar="ID", type=text_arg,
                    help="the caller's trace: a trace id, or a W3C traceparent value to continue "
                         "(default: generated)")
     p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
@@ -193,7 +206,7 @@ def _add_submit(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_status(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("status", parents=[common], help="counts by state, per batch")
-    p.add_argument("batch", nargs="?", help="one batch (default: all)")
+    p.add_argument("batch", nargs="?", type=text_arg, help="one batch (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--app", default=os.environ.get("TASKFUSE_APP"),
                    help="module:object: also list the app's schedules and their next tick")
@@ -203,8 +216,8 @@ def _add_status(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_cancel(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("cancel", parents=[common], help="cancel a task or a whole batch")
-    p.add_argument("target", metavar="TASK_OR_BATCH")
-    p.add_argument("--reason", default="canceled by operator")
+    p.add_argument("target", metavar="TASK_OR_BATCH", type=text_arg)
+    p.add_argument("--reason", default="canceled by operator", type=text_arg)
     p.set_defaults(func=cmd_cancel)
 
 
@@ -216,13 +229,13 @@ def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
                                    "the workers it cleans up after).\n\n" + RULES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _limits_arg(p, "the sweeper rules: sweeper.interval_s, lease_s, max_pending_age_s")
-    p.add_argument("--every", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--every", type=_period, default=None, metavar="S",
                    help="seconds between passes (the limits' sweeper.interval_s, else 60)")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument("--lease", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--lease", type=_period, default=None, metavar="S",
                    help=f"a RUNNING task not renewed for this long is orphaned (the limits' "
                         f"sweeper.lease_s, else {DEFAULT_LEASE_S:g}; must match the workers')")
-    p.add_argument("--max-pending-age", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--max-pending-age", type=_duration, default=None, metavar="S",
                    help="cancel PENDING tasks waiting longer than this, since they last "
                         "became PENDING (the limits' sweeper.max_pending_age_s, else never)")
     p.add_argument("--log-json", action="store_true", help="log one JSON object per line")
@@ -231,7 +244,7 @@ def _add_sweep(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_inspect(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("inspect", parents=[common], help="a task's record and history")
-    p.add_argument("target", metavar="TASK_ID_OR_TRACE_ID",
+    p.add_argument("target", metavar="TASK_ID_OR_TRACE_ID", type=text_arg,
                    help="a task id, a trace id, or the W3C trace id / traceparent a "
                         "downstream logged")
     p.add_argument("--trace", help="also list the task's events from this trace file")
@@ -247,23 +260,16 @@ def _limits_arg(p: argparse.ArgumentParser, what: str = _WORKER_LIMITS) -> None:
                    help=f"a limits file ($TASKFUSE_LIMITS): {what}")
 
 
-def _number(cast: Callable[[str], Any], low: float, strict: bool) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value < low or (strict and value == low):
-            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low}: {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int = _number(int, 0, strict=True)
-_non_negative_int = _number(int, 0, strict=False)
-_positive_float = _number(float, 0.0, strict=True)
-_non_negative_float = _number(float, 0.0, strict=False)
+# The flags' number types (bounded: taskfuse.core.bounds); every number flag uses one.
+_duration, _period = duration_arg, period_arg
+_positive_int = number_arg(int, 1, bounds.MAX_INT64)
+_non_negative_int = number_arg(int, 0, bounds.MAX_INT64)
+_positive_float = number_arg(float, 0.0, bounds.MAX_DURATION_S, open_low=True)
+_non_negative_float = number_arg(float, 0.0, bounds.MAX_DURATION_S, unit=" of seconds")
+_workers = number_arg(int, 1, MAX_WORKERS)
+_retries = number_arg(int, 0, bounds.MAX_RETRY)
+_priority = number_arg(int, bounds.MIN_INT64, bounds.MAX_INT64)
+_port = number_arg(int, 0, 65_535)
 
 
 # -- shared helpers ------------------------------------------------------------------------
@@ -303,16 +309,27 @@ def load_app(ref: str | None) -> App:
     return app
 
 
-def load_limits_arg(path: str | None, for_worker: bool = False) -> Limits | None:
+def load_limits_arg(path: str | None, for_worker: bool = False,
+                    app: App | None = None) -> Limits | None:
     """The limits file of `--limits` (None without one); every problem is one line.
 
     A worker refuses `workers: unbounded`: that is the lab's open loop (a task starts the
     moment it arrives), and a worker process runs a fixed number of threads.
+    With an `app`, a kind under `kinds:` that the app does not define is refused, not
+    ignored: a misspelt kind would leave the real one on its defaults (the timeout and
+    retries the file was written to set) without a word, the failure strict keys exist to
+    prevent. A fleet whose apps run different kinds gives each its own file.
     """
     if not path:
         return None
     doc, lines = read_limits_document(path)
     limits = Limits.model_validate(doc)
+    unknown = sorted(set(limits.kinds) - set(app.tasks)) if app is not None else []
+    if unknown:
+        known = ", ".join(sorted(app.tasks)) or "none"  # type: ignore[union-attr]
+        raise ConfigError(located(path, lines, ("kinds", unknown[0]),
+                                  f"the app defines no kind {unknown[0]!r} (its kinds: "
+                                  f"{known})"))
     if for_worker and limits.workers == "unbounded":
         raise ConfigError(located(path, lines, ("workers",), "'unbounded' is the lab's open "
                                   "loop; a worker runs a fixed number of threads: set a "
@@ -327,7 +344,17 @@ def parse_payload(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CliError(f"--payload is not valid JSON ({exc.msg} at column {exc.colno}): "
-                       f"{text!r}") from None
+                       f"{_quoted(text)}") from None
+    except RecursionError:
+        raise CliError(f"--payload is nested too deep to read: {_quoted(text)}") from None
+    except ValueError as exc:  # an integer beyond Python's conversion limit
+        raise CliError(f"--payload cannot be read: {' '.join(str(exc).split()[:8])}...: "
+                       f"{_quoted(text)}") from None
+
+
+def _quoted(text: str) -> str:
+    """A user's text in a message: whole when short, else its start and its length."""
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
 
 
 def record_json(task: Task) -> dict[str, Any]:
@@ -399,7 +426,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from taskfuse.runtime.threads import Runner
 
     app = load_app(args.app)
-    limits = load_limits_arg(args.limits, for_worker=args.workers is None)
+    limits = load_limits_arg(args.limits, for_worker=args.workers is None, app=app)
     if limits is not None:
         app.configure(limits)
         app.limits_file = args.limits
@@ -488,7 +515,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.cap is not None and not args.batch:
         raise CliError("--cap needs --batch: the cap belongs to a batch")
     app = load_app(args.app) if args.app else App()
-    limits = load_limits_arg(args.limits)
+    limits = load_limits_arg(args.limits, app=app if args.app else None)
     if limits is not None:
         app.configure(limits)
     fields: dict[str, Any] = {
@@ -517,9 +544,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         _print_json({"created": created, "task": record_json(task)})
     elif created:
         batch = f" batch={task.batch_id}" if task.batch_id else ""
-        print(f"submitted {task.task_id} kind={task.kind}{batch} trace_id={task.trace_id}")
+        print(shown(f"submitted {task.task_id} kind={task.kind}{batch} "
+                    f"trace_id={task.trace_id}"))
     else:
-        print(f"exists {task.task_id} (idempotency key {args.key!r}) status={task.status.value}")
+        print(shown(f"exists {task.task_id} (idempotency key {args.key!r}) "
+                    f"status={task.status.value}"))
     return 0
 
 
@@ -654,24 +683,25 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             raise CliError(f"no task or batch with id {args.target!r}")
         n = sched.cancel_batch(args.target, now, args.reason)
     if n == 0:
-        print(f"batch {args.target} has no unfinished task; nothing to cancel")
+        print(f"batch {shown(args.target)} has no unfinished task; nothing to cancel")
         return 1
-    print(f"canceled {n} unfinished task(s) of batch {args.target}")
+    print(f"canceled {n} unfinished task(s) of batch {shown(args.target)}")
     return 0
 
 
 def _cancel_task(sched: Scheduler, task: Task, now: float, reason: str) -> int:
     if task.status in TERMINAL:
-        print(f"task {task.task_id} already ended {task.status.value}; nothing to cancel")
+        print(f"task {shown(task.task_id)} already ended {task.status.value}; nothing to "
+              "cancel")
         return 1
     moved = sched.cancel(task.task_id, now, reason)
     if moved is None:  # it ended between our read and the cancel
         current = sched.store.get(task.task_id)
         status = current.status.value if current is not None else "gone"
-        print(f"task {task.task_id} already ended {status}; nothing to cancel")
+        print(f"task {shown(task.task_id)} already ended {status}; nothing to cancel")
         return 1
     note = " (its worker will see ctx.cancelled())" if task.status is TaskStatus.RUNNING else ""
-    print(f"canceled {task.task_id} (was {task.status.value}){note}")
+    print(f"canceled {shown(task.task_id)} (was {task.status.value}){note}")
     return 0
 
 
@@ -774,10 +804,10 @@ def _print_record(task: Task) -> None:
             value = "-"
         elif not isinstance(value, str):
             value = json.dumps(value, default=str)
-        print(f"{key.ljust(width)}  {value}")
+        print(f"{key.ljust(width)}  {shown(value)}")
     print("history (from the record):")
     for when, what in _history(task):
-        print(f"  {_when(when) if when is not None else '':24}  {what}")
+        print(f"  {_when(when) if when is not None else '':24}  {shown(what)}")
 
 
 def _history(task: Task) -> list[tuple[float | None, str]]:
@@ -822,7 +852,7 @@ def _print_event(e: dict[str, Any]) -> None:
     at = e.get("at") or f"t={e['t']:.3f}s"
     parts = [at, e["kind"], e["task_id"] or "", move, e["reason"] or "",
              f"attempt {e['attempt']}" if e["attempt"] else "", e["worker"] or ""]
-    print("  " + "  ".join(p for p in parts if p))
+    print(shown("  " + "  ".join(p for p in parts if p)))
 
 
 

@@ -14,13 +14,17 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
+
+from taskfuse.core import bounds
 
 #: Exit status after the reader of stdout went away (128 + SIGPIPE).
 EXIT_BROKEN_PIPE = 128 + 13
@@ -62,3 +66,61 @@ def _silence_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line on stderr, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def number_arg(cast: type[int] | type[float], low: float, high: float,
+               open_low: bool = False, unit: str = "") -> Callable[[str], Any]:
+    """An argparse `type` for a number in [low, high] (or (low, high] with `open_low`):
+    finite, and for `int` a whole number of sane length (a 5,000-digit one is refused by
+    its length, not by Python's conversion limit)."""
+    what = "a whole number" if cast is int else "a number"
+
+    def parse(text: str) -> Any:
+        text = text.strip()
+        try:
+            if len(text) > 40:
+                raise ValueError(text)
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {_short(text)}") from None
+        if (cast is float and not math.isfinite(value)) or value > high or value < low \
+                or (open_low and value == low):
+            bound = f"above {_plain(low)}" if open_low else f"from {_plain(low)}"
+            raise argparse.ArgumentTypeError(f"expected {what}{unit} {bound} to "
+                                             f"{_plain(high)}, got {_short(text)}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+def text_arg(text: str) -> str:
+    """An argparse `type` for a name or key: text that can be stored and printed."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"not valid UTF-8: {_short(text.encode('utf-8', 'surrogateescape'))}") from None
+    return text
+
+
+def _plain(number: float) -> str:
+    return str(number) if isinstance(number, int) else f"{number:.15g}"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+#: The number types of the command lines (the bounds and why: taskfuse.core.bounds).
+duration_arg = number_arg(float, bounds.MIN_DURATION_S, bounds.MAX_DURATION_S,
+                          unit=" of seconds")
+period_arg = number_arg(float, bounds.MIN_PERIOD_S, bounds.MAX_DURATION_S, unit=" of seconds")

@@ -26,7 +26,9 @@ Hostile files get the same one line, and cost bounded time and memory whatever t
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -76,10 +78,20 @@ def quote(value: Any) -> str:
 
 
 def read_text(path: str | Path, what: str = "configuration") -> str:
-    """A file's text; a missing, unreadable, oversized or non-UTF-8 file is a ConfigError."""
+    """A file's text; a missing, unreadable, oversized or non-UTF-8 file is a ConfigError.
+
+    Only a regular file is read: opened without blocking and checked first, so a FIFO (or a
+    device) given by mistake is refused at once instead of waiting forever for a writer."""
     p = Path(path)
     try:
-        with p.open("rb") as fh:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                raise ConfigError(f"{p}: not a regular file (a pipe or a device): expected a "
+                                  f"{what} file")
             data = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such {what} file") from None

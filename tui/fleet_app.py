@@ -14,14 +14,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
-from urllib.parse import urlsplit
 
 from textual import on
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
 
-from taskfuse.store import describe_error, redact_url
+from taskfuse.store import StoreURLError, describe_error, redact_url, split_url
 from tui.fleet import (
     SLOW_POLL_S,
     BatchMemory,
@@ -300,7 +299,10 @@ def open_fleet(url: str, poll_s: float = POLL_S, theme: str | None = None,
     from taskfuse.store import open_store
 
     shown = redact_url(url)
-    parts = urlsplit(url)
+    try:
+        parts = split_url(url)
+    except StoreURLError as exc:
+        raise FleetOpenError(str(exc)) from None
     if parts.scheme == "memory":
         raise FleetOpenError(f"{shown}: a memory store lives inside one process; watch "
                              "sqlite:///PATH or postgresql://...")

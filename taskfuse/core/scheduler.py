@@ -31,6 +31,7 @@ from functools import partial
 from itertools import count
 from typing import Any, NamedTuple
 
+from taskfuse.core import bounds
 from taskfuse.core.dag import check_graph
 from taskfuse.core.events import Emitter, Event, EventKind, EventSink, SerialEmitter
 from taskfuse.core.guard import Guard
@@ -190,12 +191,14 @@ class Scheduler:
 
     def _build(self, spec: TaskSpec, now: float, batch_id: str | None) -> Task:
         policy = self.policy_for(spec.kind)
-        timeout = spec.timeout if spec.timeout is not None else self.config.default_timeout
-        if timeout <= 0:
-            raise SchedulerError(f"task timeout must be > 0, got {timeout!r}")
-        max_retry = spec.max_retry if spec.max_retry is not None else policy.max_retry
-        if max_retry < 0:
-            raise SchedulerError(f"max_retry must be >= 0, got {max_retry!r}")
+        try:  # the one place every submission passes: bounds hold for every store
+            timeout = bounds.duration("task timeout", spec.timeout if spec.timeout is not None
+                                      else self.config.default_timeout)
+            max_retry = bounds.count("max_retry", spec.max_retry if spec.max_retry is not None
+                                     else policy.max_retry, 0, bounds.MAX_RETRY)
+            bounds.count("priority", spec.priority, bounds.MIN_INT64, bounds.MAX_INT64)
+        except bounds.BoundError as exc:
+            raise SchedulerError(str(exc)) from None
         # new_task takes SUBMITTED_FIELDS by position, in that order
         return new_task(
             spec.task_id or self._new_id(),
@@ -505,13 +508,27 @@ class Scheduler:
 
         A batch is known by its record or by any task of it, in any status: tasks submitted
         with a batch id but no record, all RUNNING or all ended, are still its tasks.
+        The store moves them all at once (one statement on a database) through the table's
+        CANCEL rule: a task-by-task cancel trailed the workers, who claimed and ran most of
+        a large batch while it was being canceled.
         """
         if self.store.get_batch(batch_id) is None and not any(
             self.store.counts(batch_id).values()
         ):
             raise SchedulerError(f"unknown batch {batch_id!r}")
-        live = self.store.batch_tasks(batch_id, (_PENDING, _RUNNING))
-        return sum(1 for t in live if self.cancel(t.task_id, now, reason) is not None)
+        moved = self.store.cancel_batch(batch_id, now, ErrorKind.CANCELED, reason)
+        if self.emit.sinks:  # one event per task
+            for left, new in moved:
+                self.emit(Event(now, _MOVE, new.task_id, new.batch_id, new.trace_id, left,
+                                new.status, reason, new.retry_count + 1, new.worker_id))
+        canceled = {new.task_id: new for _, new in moved}
+        # their dependents, found in one query (one each would trail the workers again)
+        for child in self.store.dependents_of(list(canceled)):
+            if child.status not in TERMINAL:
+                parent = next(d for d in child.depends_on if d in canceled)
+                self._cancel_chain(child.task_id, now, f"upstream {parent} ended "
+                                   f"{canceled[parent].status.value}", TaskEvent.UPSTREAM_FAILED)
+        return len(moved)
 
     def expire(self, now: float, held: AbstractSet[str] = frozenset()) -> list[Task]:
         """The watchdog: RUNNING past started_at + timeout -> TIMEOUT, or PENDING to retry.

@@ -138,6 +138,16 @@ class Store(Protocol):
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None
     ) -> list[Task]: ...
 
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks that depend on any of these, each once."""
+        ...
+
+    def cancel_batch(self, batch_id: str, now: float, error_kind: str,
+                     reason: str) -> list[tuple[TaskStatus, Task]]:
+        """Move every task of the batch that the table lets CANCEL, at once, each version
+        bumped; answers (the status each left, its new record)."""
+        ...
+
     def next_ready_at(self, now: float) -> float | None:
         """When the earliest PENDING task held back by not_before becomes claimable."""
         ...

@@ -45,12 +45,27 @@ from pydantic import (
     model_validator,
 )
 
+from taskfuse.core import bounds
 from taskfuse.core.breaker import BreakerConfig
 from taskfuse.limits.schedules import ScheduleLimits, ScheduleName
 
-PosFloat = Annotated[float, Field(gt=0)]
-NonNeg = Annotated[float, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
+# The one validated number type of every duration and count (taskfuse.core.bounds has the
+# bounds and why): finite, within stated bounds, and strict, so `workers: true` is refused
+# rather than read as 1 (a whole number in a float's place is fine: `timeout_s: 30`).
+#: A duration: a timeout, a wait, a lease (1 ms to 30 days).
+Duration = Annotated[float, Field(strict=True, ge=bounds.MIN_DURATION_S,
+                                  le=bounds.MAX_DURATION_S)]
+#: The period of a loop that touches the store: a heartbeat, the watchdog, the sweeper.
+Period = Annotated[float, Field(strict=True, ge=bounds.MIN_PERIOD_S, le=bounds.MAX_DURATION_S)]
+#: A duration that may be zero (a backoff, how long an alert's condition must hold).
+Offset = Annotated[float, Field(strict=True, ge=0, le=bounds.MAX_DURATION_S)]
+#: The largest rate, size or ratio a file may give (far above any real one; finite).
+MAX_NUMBER = 1e9
+PosFloat = Annotated[float, Field(strict=True, gt=0, le=MAX_NUMBER)]
+NonNeg = Annotated[float, Field(strict=True, ge=0, le=MAX_NUMBER)]
+PosInt = Annotated[int, Field(strict=True, ge=1, le=int(MAX_NUMBER))]
+Retries = Annotated[int, Field(strict=True, ge=0, le=bounds.MAX_RETRY)]
+Priority = Annotated[int, Field(strict=True, ge=bounds.MIN_INT64, le=bounds.MAX_INT64)]
 
 #: The largest worker count a file may ask for: beyond it a typo (an extra zero or three)
 #: would start threads or simulated workers by the hundred thousand.
@@ -72,9 +87,9 @@ class BackoffSpec(Strict):
     decorrelated (uniform base..3 x previous, capped)."""
 
     kind: Literal["none", "fixed", "exponential"] = "exponential"
-    base: NonNeg = 0.1
-    cap: NonNeg = 30.0
-    multiplier: Annotated[float, Field(ge=1)] = 2.0
+    base: Offset = 0.1
+    cap: Offset = 30.0
+    multiplier: Annotated[float, Field(strict=True, ge=1, le=100)] = 2.0
     jitter: Literal["none", "full", "equal", "decorrelated"] = "full"
 
     @model_validator(mode="after")
@@ -91,7 +106,7 @@ class RatioBudgetSpec(Strict):
 
     kind: Literal["ratio"] = "ratio"
     ratio: NonNeg = 0.1
-    window_s: PosFloat = 10.0
+    window_s: Duration = 10.0
     min_per_s: NonNeg = 1.0
 
 
@@ -125,7 +140,7 @@ class RetrySpec(Strict):
     kinds (fatal wins); `retry_timeouts` rules task timeouts; `budget` bounds the retries of
     everyone sharing this policy."""
 
-    max_retry: Annotated[int, Field(ge=0, le=1000)] = 3
+    max_retry: Retries = 3
     backoff: BackoffSpec = BackoffSpec()
     retryable: list[str] | None = None
     fatal: list[str] | None = None
@@ -140,13 +155,13 @@ class BreakerSpec(Strict):
     """Open when failures / calls >= failure_rate over the window (after minimum_calls);
     half-open after open_wait_s, letting half_open_probes calls through."""
 
-    failure_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
+    failure_rate: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.5
     window: Literal["count", "time"] = "count"
     window_size: PosFloat = 20
     minimum_calls: PosInt = 10
-    open_wait_s: PosFloat = 5.0
+    open_wait_s: Duration = 5.0
     half_open_probes: PosInt = 3
-    slow_call_s: PosFloat | None = None
+    slow_call_s: Duration | None = None
 
     @model_validator(mode="after")
     def _buildable(self) -> BreakerSpec:
@@ -161,7 +176,7 @@ class AdaptiveSpec(Strict):
     min: PosInt = 1
     max: PosInt = 100
     initial: PosInt | None = None
-    latency_threshold_s: PosFloat | None = None
+    latency_threshold_s: Duration | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> AdaptiveSpec:
@@ -174,7 +189,7 @@ class RateSpec(Strict):
     """A token bucket: `rate` calls per second on average, at most `burst` at once."""
 
     rate: PosFloat
-    burst: Annotated[float, Field(ge=1)] = 1.0
+    burst: Annotated[float, Field(strict=True, ge=1, le=MAX_NUMBER)] = 1.0
 
 
 class ClientLimits(Strict):
@@ -189,7 +204,7 @@ class ClientLimits(Strict):
     workers, so there both scopes mean the total limit.
     """
 
-    timeout_s: PosFloat | None = None
+    timeout_s: Duration | None = None
     bulkhead: PosInt | None = None
     rate_limit: RateSpec | None = None
     breaker: BreakerSpec | None = None
@@ -197,7 +212,7 @@ class ClientLimits(Strict):
     retry: RetrySpec = RetrySpec(max_retry=0)
     scope: Literal["process", "fleet"] = "process"
     instances: PosInt = 1
-    lease_s: PosFloat = 30.0
+    lease_s: Period = 30.0
 
     @model_validator(mode="after")
     def _coherent(self) -> ClientLimits:
@@ -222,8 +237,8 @@ class PoolLimits(Strict):
     acquire_timeout_s fails the step with `pool_timeout`. Keeps batch work off the business
     pool (`ctx.pool("batch")` in task code, or size your own pool from it)."""
 
-    size: Annotated[int, Field(ge=1, le=MAX_WORKERS)]
-    acquire_timeout_s: PosFloat = 30.0
+    size: Annotated[int, Field(strict=True, ge=1, le=MAX_WORKERS)]
+    acquire_timeout_s: Duration = 30.0
 
 
 class BatchLimits(Strict):
@@ -231,9 +246,9 @@ class BatchLimits(Strict):
 
     id: str
     cap: PosInt | None = None
-    priority: int = 0
-    timeout_s: PosFloat | None = None
-    max_retry: Annotated[int, Field(ge=0, le=1000)] | None = None
+    priority: Priority = 0
+    timeout_s: Duration | None = None
+    max_retry: Retries | None = None
 
 
 class KindLimits(Strict):
@@ -251,15 +266,15 @@ class KindLimits(Strict):
     waits until the stuck attempt returns.
     """
 
-    timeout_s: PosFloat | None = None
-    max_retry: Annotated[int, Field(ge=0, le=1000)] | None = None
-    priority: int | None = None
+    timeout_s: Duration | None = None
+    max_retry: Retries | None = None
+    priority: Priority | None = None
     retry: RetrySpec | None = None
     executor: Literal["thread", "process", "async"] = "thread"
     overlap: bool = False
     #: Coroutines of this kind in flight at once per worker process (async executor only;
     #: None: bounded by the worker's `async_concurrency` alone).
-    async_concurrency: Annotated[int, Field(ge=1, le=MAX_ASYNC)] | None = None
+    async_concurrency: Annotated[int, Field(strict=True, ge=1, le=MAX_ASYNC)] | None = None
 
     @model_validator(mode="after")
     def _async_cap_is_for_async(self) -> KindLimits:
@@ -276,10 +291,10 @@ class Sweeper(Strict):
     lease_s is an orphan; PENDING longer than max_pending_age_s is CANCELED.
     """
 
-    interval_s: PosFloat = 30.0
-    lease_s: PosFloat | None = None
-    heartbeat_s: PosFloat | None = None
-    max_pending_age_s: PosFloat | None = None
+    interval_s: Period = 30.0
+    lease_s: Period | None = None
+    heartbeat_s: Period | None = None
+    max_pending_age_s: Duration | None = None
 
     @model_validator(mode="after")
     def _beat_within_lease(self) -> Sweeper:
@@ -294,18 +309,18 @@ class Alerts(Strict):
     """The source's four alerts and the stuck-threads one; thresholds are configuration."""
 
     running_limit: PosFloat | None = None
-    running_for_s: NonNeg = 300.0
+    running_for_s: Offset = 300.0
     queue_depth: NonNeg = 500
-    queue_for_s: NonNeg = 600.0
-    success_rate: Annotated[float, Field(ge=0, le=1)] = 0.95
-    min_finished: Annotated[int, Field(ge=0)] = 20
+    queue_for_s: Offset = 600.0
+    success_rate: Annotated[float, Field(strict=True, ge=0, le=1)] = 0.95
+    min_finished: Annotated[int, Field(strict=True, ge=0, le=int(MAX_NUMBER))] = 20
     p99_ratio: PosFloat = 2.0
-    p99_baseline_s: dict[str, PosFloat] = Field(default_factory=dict)
-    stuck_share: Annotated[float, Field(gt=0, le=1)] = 0.25
-    stuck_for_s: NonNeg = 60.0
+    p99_baseline_s: dict[str, Duration] = Field(default_factory=dict)
+    stuck_share: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.25
+    stuck_for_s: Offset = 60.0
 
 
-Workers = Annotated[int, Field(ge=1, le=MAX_WORKERS)] | Literal["unbounded"]
+Workers = Annotated[int, Field(strict=True, ge=1, le=MAX_WORKERS)] | Literal["unbounded"]
 
 
 class Limits(Strict):
@@ -314,16 +329,16 @@ class Limits(Strict):
     workers: Workers = 10
     #: How many stuck worker threads the runner replaces with new ones (None: as many as
     #: `workers`); past it, every further stuck thread shrinks the pool until one returns.
-    stuck_threads_max: Annotated[int, Field(ge=0, le=MAX_WORKERS)] | None = None
+    stuck_threads_max: Annotated[int, Field(strict=True, ge=0, le=MAX_WORKERS)] | None = None
     #: Tasks a worker thread holds at once, the one it runs and claim_batch - 1 claimed ahead
     #: (RUNNING from their claim), in the lab and the runtime alike; the runtime prefetches
     #: more on its own while tasks are short (scenarios/README.md).
-    claim_batch: Annotated[int, Field(ge=1, le=10_000)] = 1
+    claim_batch: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
     #: Tasks of `executor: async` kinds in flight at once per worker process, on its one
     #: event loop (each kind may cap its own share lower).
-    async_concurrency: Annotated[int, Field(ge=1, le=MAX_ASYNC)] = 1000
-    watchdog_interval_s: PosFloat = 1.0
-    task_timeout_s: PosFloat = 60.0
+    async_concurrency: Annotated[int, Field(strict=True, ge=1, le=MAX_ASYNC)] = 1000
+    watchdog_interval_s: Period = 1.0
+    task_timeout_s: Duration = 60.0
     retry: RetrySpec = RetrySpec()
     kinds: dict[str, KindLimits] = Field(default_factory=dict)
     sweeper: Sweeper = Sweeper()

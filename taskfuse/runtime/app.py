@@ -51,6 +51,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from taskfuse.configfile import format_validation_error
+from taskfuse.core import bounds
 from taskfuse.core.breaker import BreakerConfig
 from taskfuse.core.events import EventSink
 from taskfuse.core.retry import RetryPolicy
@@ -194,6 +195,7 @@ class App:
         if kind in self.tasks:
             raise RuntimeConfigError(f"kind {kind!r} is already registered")
         _check_executor(kind, executor or "thread", serializer)  # refused before decorating
+        _check_numbers(kind, timeout, max_retry, priority)
 
         def register(fn: F) -> F:
             chosen = executor or ("async" if inspect.iscoroutinefunction(fn) else "thread")
@@ -456,6 +458,19 @@ def _check_coroutine(kind: str, fn: Callable[..., Any], executor: str) -> None:
     if executor == "async" and not coroutine:
         raise RuntimeConfigError(f"kind {kind!r}: executor 'async' runs an async def, and "
                                  f"{fn.__qualname__} is a plain function")
+
+
+def _check_numbers(kind: str, timeout: float | None, max_retry: int | None,
+                   priority: int) -> None:
+    """The same bounds as a limits file's (taskfuse.core.bounds), at registration."""
+    try:
+        if timeout is not None:
+            bounds.duration(f"{kind}: timeout", timeout)
+        if max_retry is not None:
+            bounds.count(f"{kind}: max_retry", max_retry, 0, bounds.MAX_RETRY)
+        bounds.count(f"{kind}: priority", priority, bounds.MIN_INT64, bounds.MAX_INT64)
+    except bounds.BoundError as exc:
+        raise RuntimeConfigError(str(exc)) from None
 
 
 def _check_executor(kind: str, executor: str, serializer: str | None) -> None:

@@ -24,7 +24,9 @@ Two ways in, for two owners:
 
 In JSON every record is one line (newlines inside a message or a traceback are escaped).
 In text a record starts with its time and level on one line, its message folded into it,
-and a traceback follows on lines indented by four spaces.
+and a traceback follows on lines indented by four spaces; control characters anywhere (a
+kind or an id holding a newline or a terminal escape sequence) are escaped (`shown`), so
+no name can forge a line or reach the terminal as a command.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from taskfuse.store.redaction import redact_text
+from taskfuse.textable import shown
 
 #: Record attributes copied into the JSON object when a logger set them.
 CONTEXT_FIELDS = ("trace_id", "task_id", "kind", "attempt", "worker")
@@ -84,10 +87,15 @@ class TextFormatter(logging.Formatter):
         record.ctx = f" [{trace} {task}]" if trace or task else ""
         record.message = fold(record.getMessage())
         record.asctime = self.formatTime(record, self.datefmt)
-        line = self.formatMessage(record)
+        name = record.name  # a task's logger is named by its kind, a user's text
+        try:
+            record.name = shown(name)
+            line = shown(self.formatMessage(record))  # one line whatever a name holds
+        finally:
+            record.name = name
         error = _error_text(self, record)
         if error:
-            line += "\n" + "\n".join(_INDENT + part for part in error.splitlines())
+            line += "\n" + "\n".join(_INDENT + shown(part) for part in error.splitlines())
         return redact_text(line)  # no credential in any line
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from taskfuse.core.states import TaskfuseError
 from taskfuse.core.storeapi import Store
@@ -35,6 +35,7 @@ __all__ = [
     "open_store",
     "redact_text",
     "redact_url",
+    "split_url",
 ]
 
 
@@ -89,7 +90,7 @@ def open_store(url: str, read_only: bool = False) -> Store:
     that does not exist is an error, and the connections cannot write.
     """
     remember(url)
-    scheme = urlsplit(url).scheme
+    scheme = split_url(url).scheme
     if scheme == "memory":
         from taskfuse.store.memory import MemoryStore
 
@@ -106,3 +107,11 @@ def open_store(url: str, read_only: bool = False) -> Store:
         f"unknown store URL scheme {scheme!r} in {redact_url(url)!r}: expected memory://, "
         "sqlite:///PATH or postgresql://..."
     )
+
+
+def split_url(url: str) -> SplitResult:
+    """A URL's parts; one that cannot be split (a malformed IPv6 host) is a StoreURLError."""
+    try:
+        return urlsplit(url)
+    except ValueError as exc:
+        raise StoreURLError(f"bad store URL {redact_url(url)!r}: {exc}") from None

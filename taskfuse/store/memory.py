@@ -20,6 +20,7 @@ from typing import Any
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
+from taskfuse.store.sql import CANCEL_FROM
 
 _PENDING = TaskStatus.PENDING
 _RUNNING = TaskStatus.RUNNING
@@ -154,6 +155,17 @@ class MemoryStore:
             elif dst is _SUCCESS:
                 self._release_children(new.task_id)
         return True
+
+    def cancel_batch(self, batch_id: str, now: float, error_kind: str,
+                     reason: str) -> list[tuple[TaskStatus, Task]]:
+        """Every unfinished task of the batch through the table's CANCEL move, in one call
+        (the durable stores: one statement); answers (the status it left, its new record)."""
+        out = []
+        for task in self.batch_tasks(batch_id, CANCEL_FROM):
+            new = move(task, TaskEvent.CANCEL, now, error_kind=error_kind, error_msg=reason)
+            self.swap(new, task.version)
+            out.append((task.status, new))
+        return out
 
     def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
         """Compare-and-set each move in order (one process: nothing to group)."""
@@ -436,6 +448,11 @@ class MemoryStore:
                 return max(not_before, now)
             heapq.heappop(delayed)
         return None
+
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks that depend on any of these, each once."""
+        seen = dict.fromkeys(c for t in task_ids for c in self._children.get(t, ()))
+        return [self._tasks[c] for c in seen]
 
     def dependents(self, task_id: str) -> list[Task]:
         return [self._tasks[c] for c in self._children.get(task_id, ())]

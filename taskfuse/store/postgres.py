@@ -49,7 +49,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -60,9 +60,12 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
-from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url
-from taskfuse.store.redaction import describe_error, remember
+from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url, split_url
+from taskfuse.store.classify import transient
+from taskfuse.store.redaction import describe_error, encode_userinfo, remember
 from taskfuse.store.sql import (
+    CANCEL_FROM,
+    CANCEL_TO,
     SELECT_TASK,
     STATUS_OF,
     VALUE_OF,
@@ -321,7 +324,8 @@ class PostgresStore(NamedQueryReads):
         application_name: str | None = None,
         read_only: bool = False,
     ) -> None:
-        parts = urlsplit(url)
+        url = encode_userinfo(url)  # an unencoded `/?#@` in a password stays in it
+        parts = split_url(url)
         if parts.scheme not in ("postgresql", "postgres"):
             raise StoreURLError(f"expected postgresql://..., got {redact_url(url)!r}")
         remember(url)  # its secrets never reach an error or a log line
@@ -432,7 +436,14 @@ class PostgresStore(NamedQueryReads):
                 with self._connect() as conn:
                     return step(conn)
             except psycopg.OperationalError as exc:
+                if not transient(exc):
+                    raise self._refused(exc) from None
                 delay = self._wait_to_retry(exc, deadline, delay)
+
+    def _refused(self, exc: psycopg.Error) -> StoreError:
+        """A permanent error as the call's answer: what PostgreSQL refused, and why."""
+        return StoreError(f"PostgreSQL store {self.url!r} refused a value or a statement: "
+                          f"{self._scrub(exc)}")
 
     def _wait_to_retry(self, exc: psycopg.OperationalError, deadline: float,
                        delay: float) -> float:
@@ -486,9 +497,10 @@ class PostgresStore(NamedQueryReads):
                 with self.pool.connection(timeout=wait) as conn:
                     return op(conn, retried)
             except psycopg.DataError as exc:  # a value PostgreSQL refuses (e.g. NUL in JSON)
-                raise StoreError(f"PostgreSQL store {self.url!r} refused a value: "
-                                 f"{self._scrub(exc)}") from None
+                raise self._refused(exc) from None
             except psycopg.OperationalError as exc:
+                if not transient(exc):  # an answer, not an outage (store/classify.py)
+                    raise self._refused(exc) from None
                 if deadline is None:
                     deadline = time.monotonic() + self.retry_for
                 delay = self._wait_to_retry(exc, deadline, delay)
@@ -948,6 +960,27 @@ class PostgresStore(NamedQueryReads):
         statement its own transaction, each taking its rows in one order (no deadlock)."""
         conn.execute(Q["fold_counts"])
         conn.execute(Q["fold_batch_counts"])
+
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks that depend on any of these, each once (one query)."""
+        found = self._tasks("dependents_of", {"ids": list(task_ids)})
+        return list({t.task_id: t for t in found}.values())
+
+    def cancel_batch(self, batch_id: str, now: float, error_kind: str,
+                     reason: str) -> list[tuple[TaskStatus, Task]]:
+        """Every unfinished task of the batch through the table's CANCEL move in one
+        statement (one round trip, whatever the batch's size); answers (the status it left,
+        its new record). Retried after an unsure commit, it answers what is left to cancel
+        (nothing, if the first one landed)."""
+        params = {"batch_id": batch_id, "now": now, "error_kind": error_kind,
+                  "reason": reason, "dst": CANCEL_TO.value,
+                  "sources": [s.value for s in CANCEL_FROM]}
+
+        def op(conn: psycopg.Connection[Any], _: bool) -> list[tuple[TaskStatus, Task]]:
+            rows = conn.execute(Q["cancel_batch"], params).fetchall()
+            return [(TaskStatus(row[0]), _row_to_task(row[1:])) for row in rows]
+
+        return self._run(op)
 
     def batch_tasks(
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None

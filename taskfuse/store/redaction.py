@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
-from urllib.parse import unquote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus
 
 MASK = "***"
 _WORDS = ("pass", "secret", "token", "key", "cred")
@@ -34,6 +34,7 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
 _TRAILING = ",;.:!?)]"
 _PAIR = re.compile(r"(?P<key>\b[A-Za-z_][A-Za-z0-9_]*)(?P<eq>\s*=\s*)"
                    r"(?P<val>'(?:[^'\\]|\\.)*'?|[^\s'\",;&)]+)")
+_PIECES = re.compile(r"[/?#@:]")
 _remembered: set[str] = set()
 _lock = threading.Lock()
 
@@ -51,12 +52,9 @@ def redact_url(url: str) -> str:
     scheme, _, rest = url.partition("://")
     if "://" in rest.partition("?")[0]:
         return f"{scheme}://{redact_url(rest)}"  # a URL inside a URL: mask the inner one
-    slash = rest.find("/")
-    authority = rest if slash < 0 else rest[:slash]
-    at = authority.rfind("@")
-    prefix, remainder = "", rest
-    if at >= 0:
-        userinfo, remainder = rest[:at], rest[at + 1:]
+    userinfo, remainder = _userinfo(rest)
+    prefix = ""
+    if userinfo is not None:
         user, colon, _ = userinfo.partition(":")
         prefix = f"{user}:{MASK}@" if colon else f"{userinfo}@"
     head, question, query = remainder.partition("?")
@@ -65,6 +63,34 @@ def redact_url(url: str) -> str:
         query = "&".join(_redact_param(p) for p in query.split("&"))
         remainder = f"{head}?{query}{hashmark}{fragment}"
     return f"{scheme}://{prefix}{remainder}"
+
+
+def _userinfo(rest: str) -> tuple[str | None, str]:
+    """(userinfo, the rest) of what follows `scheme://`; userinfo None when there is none.
+
+    The userinfo ends at the last ``@`` of the URL, not at the first ``/``: a password
+    written unencoded may hold ``/``, ``?``, ``#`` or ``@`` (``app:k8s/Pa55@host/db``), and
+    stopping at the first of them printed the rest of the password as the host. An ``@`` in
+    a query value makes the mask reach too far, never too short."""
+    at = rest.rfind("@")
+    if at < 0:
+        return None, rest
+    return rest[:at], rest[at + 1:]
+
+
+def encode_userinfo(url: str) -> str:
+    """The URL with `/ ? # @` inside its userinfo percent-encoded, so a driver reads the
+    user, password and host where `redact_url` does (libpq stops the userinfo at the first
+    `/` and took the rest of such a password for a host, a port or a path, and quoted it in
+    its errors). A URL without them is returned unchanged."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, remainder = _userinfo(rest) if sep else (None, rest)
+    if userinfo is None or not _PIECES.search(userinfo.replace(":", "", 1)):
+        return url
+    user, colon, password = userinfo.partition(":")
+    safe = "%:!$&'()*+,;=-._~"  # what RFC 3986 allows in userinfo as it is, and escapes
+    return (f"{scheme}://{quote(user, safe=safe.replace(':', ''))}{colon}"
+            f"{quote(password, safe=safe)}@{remainder}")
 
 
 def _redact_param(param: str) -> str:
@@ -83,12 +109,12 @@ def secrets_of(url: str) -> set[str]:
     """The secret values a URL or conninfo string carries (as written and decoded)."""
     found: set[str] = set()
     if "://" in url:
-        rest = url.partition("://")[2]
-        authority = rest.split("/", 1)[0]
-        if "@" in authority:
-            userinfo = rest[:rest.rfind("@", 0, len(authority))]
-            if ":" in userinfo:
-                found.add(userinfo.partition(":")[2])
+        userinfo, rest = _userinfo(url.partition("://")[2])
+        if userinfo is not None and ":" in userinfo:
+            password = userinfo.partition(":")[2]
+            # libpq reads such a password only up to its first / ? # or @ and may quote
+            # the pieces it took for a host or a path in its error: those are secret too
+            found.update({password, *_PIECES.split(password)})
         for param in rest.partition("?")[2].partition("#")[0].split("&"):
             name, eq, value = param.partition("=")
             if eq and is_secret_name(name):

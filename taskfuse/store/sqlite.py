@@ -49,6 +49,8 @@ from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store import StoreError, StoreFull, StoreUnavailable, StoreURLError, redact_url
 from taskfuse.store.sql import (
+    CANCEL_FROM,
+    CANCEL_TO,
     SELECT_TASK,
     STATUS_OF,
     TASK_COLUMNS,
@@ -713,6 +715,23 @@ class SQLiteStore(NamedQueryReads):
     def batch_ids(self) -> list[str]:
         query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"
         return [r[0] for r in self._conn().execute(Q[query])]
+
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        """The tasks that depend on any of these, each once (one query)."""
+        found = self._tasks("dependents_of", {"ids": json.dumps(list(task_ids))})
+        return list({t.task_id: t for t in found}.values())
+
+    def cancel_batch(self, batch_id: str, now: float, error_kind: str,
+                     reason: str) -> list[tuple[TaskStatus, Task]]:
+        """Every unfinished task of the batch through the table's CANCEL move: one write
+        transaction, one UPDATE per source status (its RETURNING names the status left).
+        Answers (the status it left, its new record)."""
+        params = {"batch_id": batch_id, "now": now, "error_kind": error_kind,
+                  "reason": reason, "dst": CANCEL_TO.value}
+        with self._write() as conn:
+            return [(src, _row_to_task(row)) for src in CANCEL_FROM
+                    for row in conn.execute(Q["cancel_batch"], {**params, "src": src.value})
+                    .fetchall()]
 
     def batch_tasks(
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None

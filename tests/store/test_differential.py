@@ -69,6 +69,19 @@ class DiffStore:
     def swap_many(self, moves: Sequence[tuple[Task, int]]) -> list[bool]:
         return self._both("swap_many", moves)
 
+    def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
+        return self._both("dependents_of", task_ids)
+
+    def cancel_batch(self, batch_id: str, now: float, error_kind: str,
+                     reason: str) -> list[tuple[TaskStatus, Task]]:
+        """Compared as sets: the order of a database's RETURNING rows is not promised."""
+        def by_id(pairs: list[tuple[TaskStatus, Task]]) -> list[tuple[TaskStatus, Task]]:
+            return sorted(pairs, key=lambda pair: pair[1].task_id)
+
+        args = (batch_id, now, error_kind, reason)
+        return self._same("cancel_batch", by_id(self.ref.cancel_batch(*args)),
+                          by_id(self.sub.cancel_batch(*args)))
+
     def claim(self, worker_id: str, now: float, limit: int,
               blocked: frozenset[str] = frozenset(),
               exclude: frozenset[str] = frozenset()) -> list[Task]:

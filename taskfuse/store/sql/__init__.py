@@ -30,7 +30,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from taskfuse.core.states import TaskfuseError, TaskStatus
+from taskfuse.core.states import TRANSITIONS, TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat, beat_of
 from taskfuse.core.task import TASK_FIELDS, Task
 
@@ -110,6 +110,10 @@ def dumps(value: Any, task_id: str, what: str) -> str | None:
         return None
     try:
         return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except RecursionError:  # JSON nested thousands deep: a value, not a bug of ours
+        from taskfuse.store import PayloadError
+
+        raise PayloadError(task_id, what, ValueError("nested too deep")) from None
     except (TypeError, ValueError) as exc:
         from taskfuse.store import PayloadError
 
@@ -242,3 +246,9 @@ def split_statements(script: str, complete: Any) -> list[str]:
 def p99_offset(n: int) -> int:
     """How many durations are longer than the nearest-rank p99 of n (rank ceil(0.99 n))."""
     return n - (99 * n + 99) // 100
+
+
+#: The transition table's CANCEL rule, for the stores' one-statement batch cancel: the
+#: statuses a cancel moves from, and where to (one target, checked here once).
+CANCEL_FROM = tuple(s for s in TaskStatus if (s, TaskEvent.CANCEL) in TRANSITIONS)
+(CANCEL_TO,) = {TRANSITIONS[s, TaskEvent.CANCEL] for s in CANCEL_FROM}

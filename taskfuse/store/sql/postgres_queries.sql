@@ -415,3 +415,27 @@ ON CONFLICT (worker_id) DO UPDATE SET beat = excluded.beat, beat_at = excluded.b
 -- workers --
 -- Every worker's last beat, the latest first, as one JSON array.
 SELECT coalesce(json_agg(beat ORDER BY beat_at DESC), '[]'::json) FROM workers
+
+-- cancel_batch --
+-- A batch's cancel in one statement: every task of the batch in a source status of the
+-- transition table's CANCEL rule (%(sources)s -> %(dst)s, bound from taskfuse.core.states)
+-- moves, its version bumped, as a compare-and-set of each row would. FOR UPDATE takes each
+-- row as last committed (a claim that won first is seen RUNNING, a task that ended is left
+-- out), so the status answered is the one the task left. The count triggers keep the kept
+-- totals exact; a worker's later move of one of them loses its version check.
+WITH old AS (
+    SELECT task_id, status FROM tasks
+    WHERE batch_id = %(batch_id)s AND status = ANY(%(sources)s)
+    ORDER BY seq
+    FOR UPDATE
+)
+UPDATE tasks AS t SET status = %(dst)s, version = t.version + 1, finished_at = %(now)s,
+    error_kind = %(error_kind)s, error_msg = %(reason)s, claim_token = NULL
+FROM old WHERE t.task_id = old.task_id
+RETURNING old.status, {task_t}
+
+-- dependents_of --
+-- The tasks that depend on any of these (a batch cancel's dependents, in one query).
+SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
+WHERE d.depends_on = ANY(%(ids)s)
+ORDER BY t.seq, d.pos

@@ -279,3 +279,19 @@ ON CONFLICT (worker_id) DO UPDATE SET beat = excluded.beat, beat_at = excluded.b
 -- Every worker's last beat, the latest first, as one JSON array.
 SELECT coalesce(json_group_array(json(beat)), '[]')
 FROM (SELECT beat FROM workers ORDER BY beat_at DESC)
+
+-- cancel_batch --
+-- A batch's cancel in one statement per source status of the transition table's CANCEL
+-- rule (:src -> :dst, bound from taskfuse.core.states): every such task of the batch, its
+-- version bumped, as a compare-and-set of each row would; the count triggers keep the kept
+-- totals exact. A worker's later move of one of them loses its version check.
+UPDATE tasks SET status = :dst, version = version + 1, finished_at = :now,
+    error_kind = :error_kind, error_msg = :reason, claim_token = NULL
+WHERE batch_id = :batch_id AND status = :src
+RETURNING {task}
+
+-- dependents_of --
+-- The tasks that depend on any of these (a batch cancel's dependents, in one query).
+SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
+WHERE d.depends_on IN (SELECT value FROM json_each(:ids))
+ORDER BY t.seq, d.pos
