@@ -8,6 +8,7 @@
     taskfuse cancel  --store URL TASK_OR_BATCH
     taskfuse sweep   --store URL [--limits FILE] [--every S] [--once] [--log-json]
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
+    taskfuse retry   --store URL TASK_OR_BATCH [--status S,...] [--reset-attempts] [--dry-run]
 
 `--store` defaults to $TASKFUSE_STORE, `--app` to $TASKFUSE_APP and `--limits` to
 $TASKFUSE_LIMITS: a limits file (`lab size --write-limits`, `lab schema --limits`) whose
@@ -136,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     for add in (_add_worker, _add_submit, _add_status, _add_cancel, _add_sweep, _add_inspect):
         add(sub, common)
+    from taskfuse.opscli import add_commands  # retry (the operator's after-the-fact commands)
+
+    add_commands(sub, common)
     return parser
 
 
@@ -732,7 +736,7 @@ def _print_record(task: Task) -> None:
     width = max(len(k) for k in data)
     for key, value in data.items():
         if key in ("created_at", "started_at", "finished_at", "not_before", "heartbeat_at",
-                   "pending_since"):
+                   "pending_since", "operator_retried_at"):
             value = _when(value)
         elif value is None:
             value = "-"
@@ -747,6 +751,9 @@ def _print_record(task: Task) -> None:
 def _history(task: Task) -> list[tuple[float | None, str]]:
     """What the record itself tells about the task's life (the trace tells all of it)."""
     out: list[tuple[float | None, str]] = [(task.created_at, "submitted")]
+    if task.operator_retries:
+        out.append((task.operator_retried_at,
+                    f"retried by an operator ({task.operator_retries} time(s) in all)"))
     if task.retry_count:
         out.append((None, f"{task.retry_count} earlier attempt(s) failed; last error "
                           f"{task.error_kind}: {task.error_msg}"))

@@ -61,7 +61,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskfuse.core import reopen
 from taskfuse.core.events import Event, EventKind, EventSink, thread_wait
+from taskfuse.core.reopen import RetryResult
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -447,6 +449,15 @@ class Runner:
             self._stop_task(task_id)
         self._changed()
         return n
+
+    def retry(self, target: str, **options: Any) -> RetryResult:
+        """Put a task's or a batch's ended tasks back to PENDING (`taskfuse.core.reopen.retry`:
+        `statuses`, `reset_attempts`, `dry_run`), with the dependents they took down."""
+        result = reopen.retry(self.store, target, self.clock(), emit=self.scheduler.emit,
+                              **options)
+        if result.retried:
+            self._changed()
+        return result
 
     def get(self, task_id: str) -> Task | None:
         """The stored record of a task (None if unknown)."""

@@ -118,12 +118,13 @@ def _row_to_task(row: Sequence[Any]) -> Task:
     (task_id, kind, payload, batch_id, trace_id, key, depends_on, priority, status, version,
      retry_count, max_retry, timeout, not_before, created_at, started_at, finished_at,
      worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay,
-     pending_since) = row
+     pending_since, operator_retries, operator_retried_at) = row
     return Task(
         task_id, kind, payload, batch_id, trace_id, key, tuple(depends_on), priority,
         _STATUS[status], version, retry_count, max_retry, timeout, not_before, created_at,
         started_at, finished_at, worker_id, result, error_kind, error_msg,
         tuple(downstreams), heartbeat_at, last_delay, pending_since,
+        operator_retries, operator_retried_at,
     )
 
 
@@ -134,7 +135,8 @@ def _swap_params(new: Task, expected: int, claim_token: uuid.UUID | None = None)
 
 _SWAP_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
                  "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
-                 "heartbeat_at", "last_delay", "pending_since")
+                 "heartbeat_at", "last_delay", "pending_since", "operator_retries",
+                 "operator_retried_at")
 
 
 def _same_write(stored: Task, new: Task) -> bool:
@@ -574,8 +576,8 @@ class PostgresStore(NamedQueryReads):
                     list(t.depends_on), t.priority, _VALUE[t.status], t.version, t.retry_count,
                     t.max_retry, t.timeout, t.not_before, t.created_at, t.started_at,
                     t.finished_at, t.worker_id, results[i], t.error_kind, t.error_msg,
-                    list(t.downstreams), t.heartbeat_at, t.last_delay, t.pending_since, unmet,
-                    t.task_id in awaited,
+                    list(t.downstreams), t.heartbeat_at, t.last_delay, t.pending_since,
+                    t.operator_retries, t.operator_retried_at, unmet, t.task_id in awaited,
                 ))
         if deps:
             with cur.copy(Q["copy_deps"]) as copy:

@@ -92,14 +92,15 @@ Q = _queries()
 
 #: The columns of an inserted row, in the order of `insert_tasks`.
 _INSERT_COLUMNS = (*TASK_COLUMNS, "unmet", "ready_tick")
-#: Rows per statement at most, for inserts and groups of completions (27 and 15 placeholders
+#: Rows per statement at most, for inserts and groups of completions (29 and 17 placeholders
 #: a row, under the 32,766 of SQLite 3.32 and later; an older library allows 999: fewer rows
 #: per statement then).
 _MAX_ROWS_PER_STATEMENT = 500
 #: The values of a move in `swap_ended`, in the order of its columns.
 _ENDED_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
                   "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
-                  "heartbeat_at", "last_delay", "pending_since")
+                  "heartbeat_at", "last_delay", "pending_since", "operator_retries",
+                  "operator_retried_at")
 
 
 @lru_cache(maxsize=16)
@@ -129,12 +130,13 @@ def _row_to_task(row: tuple[Any, ...]) -> Task:
     (task_id, kind, payload, batch_id, trace_id, key, depends_on, priority, status, version,
      retry_count, max_retry, timeout, not_before, created_at, started_at, finished_at,
      worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay,
-     pending_since) = row
+     pending_since, operator_retries, operator_retried_at) = row
     return Task(
         task_id, kind, loads(payload), batch_id, trace_id, key, unnames(depends_on), priority,
         _STATUS[status], version, retry_count, max_retry, timeout, not_before, created_at,
         started_at, finished_at, worker_id, loads(result), error_kind, error_msg,
         unnames(downstreams), heartbeat_at, last_delay, pending_since,
+        operator_retries, operator_retried_at,
     )
 
 
@@ -418,6 +420,8 @@ class SQLiteStore(NamedQueryReads):
             "error_kind": task.error_kind, "error_msg": task.error_msg,
             "downstreams": names(task.downstreams), "heartbeat_at": task.heartbeat_at,
             "last_delay": task.last_delay, "pending_since": task.pending_since,
+            "operator_retries": task.operator_retries,
+            "operator_retried_at": task.operator_retried_at,
             "unmet": unmet, "ready_tick": tick,
         }
 

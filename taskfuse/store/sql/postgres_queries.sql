@@ -46,7 +46,8 @@ UPDATE tasks SET
     not_before = %(not_before)s, started_at = %(started_at)s, finished_at = %(finished_at)s,
     worker_id = %(worker_id)s, result = %(result)s::jsonb, error_kind = %(error_kind)s,
     error_msg = %(error_msg)s, heartbeat_at = %(heartbeat_at)s, last_delay = %(last_delay)s,
-    pending_since = %(pending_since)s,
+    pending_since = %(pending_since)s, operator_retries = %(operator_retries)s,
+    operator_retried_at = %(operator_retried_at)s,
     ready_tick = CASE WHEN %(status)s = 'PENDING' THEN nextval('taskfuse_tick')
                       ELSE ready_tick END,
     run_tick = CASE WHEN %(status)s = 'RUNNING' THEN nextval('taskfuse_tick') * 4096
@@ -64,17 +65,19 @@ UPDATE tasks AS t SET
     not_before = u.not_before, started_at = u.started_at, finished_at = u.finished_at,
     worker_id = u.worker_id, result = u.result::jsonb, error_kind = u.error_kind,
     error_msg = u.error_msg, heartbeat_at = u.heartbeat_at, last_delay = u.last_delay,
-    pending_since = u.pending_since, claim_token = NULL
+    pending_since = u.pending_since, operator_retries = u.operator_retries,
+    operator_retried_at = u.operator_retried_at, claim_token = NULL
 FROM unnest(%(task_id)s::text[], %(expected)s::integer[], %(status)s::text[],
             %(version)s::integer[], %(retry_count)s::integer[],
             %(not_before)s::double precision[], %(started_at)s::double precision[],
             %(finished_at)s::double precision[], %(worker_id)s::text[], %(result)s::text[],
             %(error_kind)s::text[], %(error_msg)s::text[],
             %(heartbeat_at)s::double precision[], %(last_delay)s::double precision[],
-            %(pending_since)s::double precision[])
+            %(pending_since)s::double precision[], %(operator_retries)s::integer[],
+            %(operator_retried_at)s::double precision[])
      AS u(task_id, expected, status, version, retry_count, not_before, started_at,
           finished_at, worker_id, result, error_kind, error_msg, heartbeat_at, last_delay,
-          pending_since)
+          pending_since, operator_retries, operator_retried_at)
 WHERE t.task_id = u.task_id AND t.version = u.expected
 RETURNING t.task_id
 
