@@ -9,6 +9,8 @@
     taskfuse sweep   --store URL [--limits FILE] [--every S] [--once] [--log-json]
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
     taskfuse retry   --store URL TASK_OR_BATCH [--status S,...] [--reset-attempts] [--dry-run]
+    taskfuse wait    --store URL TASK_OR_BATCH [--timeout S] [--json]
+    taskfuse result  --store URL TASK [--json]
 
 `--store` defaults to $TASKFUSE_STORE, `--app` to $TASKFUSE_APP and `--limits` to
 $TASKFUSE_LIMITS: a limits file (`lab size --write-limits`, `lab schema --limits`) whose
@@ -137,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     for add in (_add_worker, _add_submit, _add_status, _add_cancel, _add_sweep, _add_inspect):
         add(sub, common)
-    from taskfuse.opscli import add_commands  # retry (the operator's after-the-fact commands)
+    from taskfuse.opscli import add_commands  # retry, wait, result
 
     add_commands(sub, common)
     return parser

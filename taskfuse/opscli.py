@@ -1,15 +1,19 @@
-"""The operator's after-the-fact commands of `taskfuse`: retry what ended.
+"""The operator's after-the-fact commands of `taskfuse`: retry what ended, wait for it.
 
 Kept apart from cli.py (the worker, submit, status, cancel, sweep and inspect commands) so
 each module has one job; cli.py registers these with `add_commands` and shares its helpers.
 
     taskfuse retry  --store URL TASK_OR_BATCH [--status FAILED,TIMEOUT,CANCELED]
                     [--reset-attempts] [--dry-run]
+    taskfuse wait   --store URL TASK_OR_BATCH [--timeout S] [--json]
+    taskfuse result --store URL TASK [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -24,8 +28,10 @@ _LISTED = 20
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Register retry on the `taskfuse` parser."""
+    """Register retry, wait and result on the `taskfuse` parser."""
     _add_retry(sub, common)
+    _add_wait(sub, common)
+    _add_result(sub, common)
 
 
 def _statuses(text: str) -> tuple[TaskStatus, ...]:
@@ -89,3 +95,111 @@ def _print_retried(done: tuple[Task, ...], dependents: frozenset[str]) -> None:
         print("\n".join(columns(["TASK", "BATCH", "ENDED WITH", "WHY"], rows)))
     if len(done) > _LISTED:
         print(f"... and {len(done) - _LISTED} more")
+
+
+# -- wait and result -----------------------------------------------------------------------
+
+#: Exit status of `wait` and `result` by what the task or batch ended as.
+EXIT_BY_STATUS = {"SUCCESS": 0, "ALL_SUCCESS": 0, "FAILED": 3, "TIMEOUT": 4, "CANCELED": 5,
+                  "PARTIAL_SUCCESS": 6}
+#: `result` of a task that has not ended yet.
+EXIT_UNFINISHED = 7
+#: `wait` whose --timeout passed first (as coreutils' timeout).
+EXIT_WAIT_TIMEOUT = 124
+_EXIT_HELP = ("Exit status: 0 SUCCESS (a batch: ALL_SUCCESS), 3 FAILED, 4 TIMEOUT, 5 CANCELED, "
+              "6 PARTIAL_SUCCESS (a batch), {extra}2 a usage mistake (unknown id), 1 an "
+              "internal error.")
+
+
+def _add_wait(sub: Any, common: argparse.ArgumentParser) -> None:
+    from taskfuse.cli import _positive_float
+
+    p = sub.add_parser(
+        "wait", parents=[common], help="wait until a task or a batch has ended",
+        description="Wait until the task (or else the batch) of that id has ended, woken by "
+                    "the store (PostgreSQL notifications; SQLite's data_version), asking it "
+                    "a few times a second at most while a batch drains. "
+                    + _EXIT_HELP.format(extra=f"{EXIT_WAIT_TIMEOUT} --timeout passed first, "))
+    p.add_argument("target", metavar="TASK_OR_BATCH")
+    p.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+                   help="give up after S seconds (default: wait as long as it takes)")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=cmd_wait)
+
+
+def _add_result(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "result", parents=[common], help="print a task's stored result, or its error",
+        description="Print the result a task stored (JSON) on stdout, or the error it ended "
+                    "with on stderr. "
+                    + _EXIT_HELP.format(extra=f"{EXIT_UNFINISHED} not ended yet, "))
+    p.add_argument("task", metavar="TASK")
+    p.add_argument("--json", action="store_true",
+                   help="print status, result and error as one JSON object")
+    p.set_defaults(func=cmd_result)
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    from taskfuse.cli import CliError, opened_store
+    from taskfuse.runtime.waiting import WaitError, wait
+
+    with opened_store(args.store) as store:
+        try:
+            got = wait(store, args.target, args.timeout)
+        except WaitError as exc:
+            raise CliError(str(exc)) from None
+    code = EXIT_BY_STATUS.get(got.status, 1) if got.done else EXIT_WAIT_TIMEOUT
+    if args.json:
+        data: dict[str, Any] = {"target": got.target, "kind": got.kind, "status": got.status,
+                                "ended": got.done, "waited_s": round(got.waited_s, 3),
+                                "exit": code}
+        if got.task is not None:
+            data.update(_outcome_json(got.task))
+        else:
+            data["counts"] = {s.value: n for s, n in got.counts.items()}
+        print(json.dumps(data, default=str))
+        return code
+    what = f"{got.kind} {got.target}"
+    if not got.done:
+        print(f"{what} still {got.status} after {got.waited_s:.1f}s")
+    elif got.task is not None:
+        print(f"{what} ended {got.status} after waiting {got.waited_s:.1f}s"
+              + _error_of(got.task))
+    else:
+        counts = ", ".join(f"{n} {s.value}" for s, n in got.counts.items() if n)
+        print(f"{what} ended {got.status} after waiting {got.waited_s:.1f}s: {counts}")
+    return code
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    from taskfuse.cli import CliError, opened_store
+
+    with opened_store(args.store) as store:
+        task = store.get(args.task)
+    if task is None:
+        raise CliError(f"no task with id {args.task!r}")
+    ended = task.status not in (TaskStatus.PENDING, TaskStatus.RUNNING)
+    code = EXIT_BY_STATUS[task.status.value] if ended else EXIT_UNFINISHED
+    if args.json:
+        print(json.dumps({"task_id": task.task_id, **_outcome_json(task), "exit": code},
+                         default=str))
+    elif task.status is TaskStatus.SUCCESS:
+        print(json.dumps(task.result))
+    elif ended:
+        print(f"task {task.task_id} ended {task.status.value}{_error_of(task)}", file=sys.stderr)
+    else:
+        print(f"task {task.task_id} is {task.status.value}: no result yet", file=sys.stderr)
+    return code
+
+
+def _outcome_json(task: Task) -> dict[str, Any]:
+    failed = task.status is not TaskStatus.SUCCESS
+    return {"status": task.status.value, "result": task.result,
+            "error_kind": task.error_kind if failed else None,
+            "error_msg": task.error_msg if failed else None}
+
+
+def _error_of(task: Task) -> str:
+    if task.status is TaskStatus.SUCCESS or not task.error_kind:
+        return ""
+    return f": {task.error_kind}: {task.error_msg}"

@@ -69,6 +69,7 @@ from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Sched
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import Store, WorkerBeat
 from taskfuse.core.task import Outcome, Task, TaskSpec
+from taskfuse.runtime import waiting
 from taskfuse.runtime.app import App
 from taskfuse.runtime.attempts import AttemptKey, Attempts, Stuck, key_of
 from taskfuse.runtime.calls import REAL_WAITS, CallClient, Waits
@@ -78,6 +79,7 @@ from taskfuse.runtime.fleet import FleetLimits
 from taskfuse.runtime.logs import TaskOutput
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import ProcessPool
+from taskfuse.runtime.waiting import WaitResult
 from taskfuse.store import StoreError, StoreUnavailable, bounded
 from taskfuse.store.memory import LockedStore, MemoryStore
 
@@ -458,6 +460,11 @@ class Runner:
         if result.retried:
             self._changed()
         return result
+
+    def wait(self, target: str, timeout: float | None = None) -> WaitResult:
+        """Wait until the task or batch `target` ended (in any process), or `timeout` s
+        passed: `taskfuse.runtime.waiting.wait`, woken by the store's notifications."""
+        return waiting.wait(self.store, target, timeout)
 
     def get(self, task_id: str) -> Task | None:
         """The stored record of a task (None if unknown)."""

@@ -303,6 +303,8 @@ class PostgresStore(NamedQueryReads):
             connect_timeout=given.get("connect_timeout") or max(1, int(connect_timeout)),
         )
         self.work_channel = f"taskfuse_work_{self.schema}"
+        #: Notified when a task ends (migration 8), for waiters of results.
+        self.done_channel = f"taskfuse_done_{self.schema}"
         self._closed = False
         self._bound = threading.local()
         self._capped = True
@@ -832,6 +834,13 @@ class PostgresStore(NamedQueryReads):
         if self._closed:
             return False
         return self._listener.wait(self.work_channel, timeout)
+
+    def wait_for_done(self, timeout: float) -> bool:
+        """Block up to `timeout` s until some task ended (a notification of migration 8);
+        True if one did. A waiter of results then asks the store what it waits for."""
+        if self._closed:
+            return False
+        return self._listener.wait(self.done_channel, timeout)
 
     # -- reading ---------------------------------------------------------------------------
 

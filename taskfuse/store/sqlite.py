@@ -670,6 +670,12 @@ class SQLiteStore(NamedQueryReads):
                 self._waiters -= 1
                 self._work.notify_all()
 
+    def wait_for_done(self, timeout: float) -> bool:
+        """Block up to `timeout` s until another connection committed (a task may have
+        ended); SQLite has no notifications, so this is `wait_for_work`'s poll of
+        ``PRAGMA data_version`` (a read of shared memory, no file I/O), every `poll_s`."""
+        return self.wait_for_work(timeout)
+
     # -- reading ---------------------------------------------------------------------------
 
     def _tasks(self, name: str, params: dict[str, Any] | None = None) -> list[Task]:
