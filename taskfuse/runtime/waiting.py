@@ -8,7 +8,7 @@ Theory of operation
   (memory) is asked every `min_gap_s`.
 * After a wake-up it asks the one question (the task's record, or the batch's kept counts:
   one small query either way), but never sooner than `min_gap_s` after the last one, and,
-  for a batch, not before a quarter of the time the batch still needs at the rate it has been
+  for a batch, not before a quarter of the time the batch still needs at the pace it has been
   ending (`holdoff`): a batch of 10k tasks draining for a minute is asked a few times a
   second, not at every commit, and more often as its end nears. That end is seen within
   `min_gap_s` plus one wake-up of the store.
@@ -102,8 +102,9 @@ class _Probe:
         if not self.is_task and store.get_batch(target) is None and not any(
                 store.counts(target).values()):
             raise WaitError(f"no task or batch with id {target!r}")
-        self._first: tuple[float, int] | None = None  # (when, unfinished) at the first ask
-        self._last: tuple[float, int] | None = None  # ... and at the latest
+        self._first: tuple[float, int] | None = None  # (when, unfinished) before progress
+        self._last: tuple[float, int] | None = None  # ... at the latest
+        self._prev: tuple[float, int] | None = None  # ... and at the one before
 
     def ask(self) -> WaitResult:
         self.queries += 1
@@ -116,20 +117,23 @@ class _Probe:
                               task=task)
         counts = self.store.counts(self.target)
         left = sum(counts[s] for s in _UNFINISHED)
-        self._last = (self.clock(), left)
-        self._first = self._first or self._last
+        self._prev, self._last = self._last, (self.clock(), left)
+        if self._first is None or self._first[1] == left:  # from the first progress seen
+            self._first = self._last
         status = derive_batch_status(counts)
         return WaitResult(self.target, "batch", status.value, left == 0, 0.0, self.queries,
                           counts=counts)
 
     def holdoff(self) -> float:
         """How long asking again can wait: a quarter of the time the batch still needs at
-        its average pace since the wait began (an average, so one quiet moment between two
-        group commits does not make the end look far away), at most MAX_HOLDOFF_S."""
-        if self._first is None or self._last is None:
+        its pace, at most MAX_HOLDOFF_S. The pace is the faster of the average since the
+        batch was first seen to progress and the latest interval's: a slow start or one
+        quiet moment between group commits must not make the end look far away."""
+        if self._first is None or self._last is None or self._prev is None:
             return 0.0
-        (t0, left0), (t1, left1) = self._first, self._last
-        if left1 >= left0 or t1 <= t0:
+        (t0, left0), (tp, leftp), (t1, left1) = self._first, self._prev, self._last
+        rates = [(a - left1) / (t1 - t) for t, a in ((t0, left0), (tp, leftp))
+                 if t1 > t and a > left1]
+        if not rates:
             return 0.0
-        rate = (left0 - left1) / (t1 - t0)
-        return min(MAX_HOLDOFF_S, HOLDOFF_SHARE * left1 / rate)
+        return min(MAX_HOLDOFF_S, HOLDOFF_SHARE * left1 / max(rates))

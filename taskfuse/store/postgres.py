@@ -219,9 +219,10 @@ class _Listener:
                             with self._cond:
                                 self._subscribed |= todo
                             self._bump(todo)
-                        got = {n.channel for n in conn.notifies(timeout=0.2)}
-                        if got:
-                            self._bump(got)
+                        # each as it arrives: collecting the whole window first held
+                        # every wake-up back by up to its 0.2 s
+                        for note in conn.notifies(timeout=0.2):
+                            self._bump((note.channel,))
             except psycopg.Error as exc:
                 if self._stop:
                     break
