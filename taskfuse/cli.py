@@ -11,6 +11,7 @@
     taskfuse retry   --store URL TASK_OR_BATCH [--status S,...] [--reset-attempts] [--dry-run]
     taskfuse wait    --store URL TASK_OR_BATCH [--timeout S] [--json]
     taskfuse result  --store URL TASK [--json]
+    taskfuse prune   --store URL --older-than AGE [--status S,...] [--batch B] [--dry-run]
 
 `--store` defaults to $TASKFUSE_STORE, `--app` to $TASKFUSE_APP and `--limits` to
 $TASKFUSE_LIMITS: a limits file (`lab size --write-limits`, `lab schema --limits`) whose
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     for add in (_add_worker, _add_submit, _add_status, _add_cancel, _add_sweep, _add_inspect):
         add(sub, common)
-    from taskfuse.opscli import add_commands  # retry, wait, result
+    from taskfuse.opscli import add_commands  # retry, wait, result, prune
 
     add_commands(sub, common)
     return parser
@@ -671,7 +672,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if not args.once:
                 log.info("sweeper started on %s: every %gs, lease %s, max pending age %s",
                          redact_url(args.store), every, _secs(lease), _secs(max_age))
-            moved = run_sweeper(sched, every_s=every, once=args.once, stop=stop)
+            moved = run_sweeper(sched, every_s=every, once=args.once, stop=stop,
+                                retention_s=rules.retention_s if rules is not None else None)
         finally:
             restore()
     print(f"swept {moved} task(s)")

@@ -1,4 +1,4 @@
-"""The operator's after-the-fact commands of `taskfuse`: retry what ended, wait for it.
+"""The operator's after-the-fact commands of `taskfuse`: retry what ended, wait for it, prune.
 
 Kept apart from cli.py (the worker, submit, status, cancel, sweep and inspect commands) so
 each module has one job; cli.py registers these with `add_commands` and shares its helpers.
@@ -7,6 +7,7 @@ each module has one job; cli.py registers these with `add_commands` and shares i
                     [--reset-attempts] [--dry-run]
     taskfuse wait   --store URL TASK_OR_BATCH [--timeout S] [--json]
     taskfuse result --store URL TASK [--json]
+    taskfuse prune  --store URL --older-than AGE [--status S,...] [--batch B] [--dry-run]
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ _LISTED = 20
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Register retry, wait and result on the `taskfuse` parser."""
+    """Register retry, wait, result and prune on the `taskfuse` parser."""
     _add_retry(sub, common)
     _add_wait(sub, common)
     _add_result(sub, common)
+    _add_prune(sub, common)
 
 
 def _statuses(text: str) -> tuple[TaskStatus, ...]:
@@ -67,6 +69,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
         result = reopen.retry(store, args.target, time.time(), statuses=args.status,
                               reset_attempts=args.reset_attempts, dry_run=args.dry_run)
     planned = result.plan.tasks
+    if result.plan.held:
+        print(f"left {len(result.plan.held)} task(s) ended: an upstream stays ended "
+              f"(retry it first): {', '.join(result.plan.held[:_LISTED])}")
     if not planned:
         wanted = ",".join(s.value for s in args.status)
         print(f"nothing to retry: no {wanted} task in {args.target}")
@@ -203,3 +208,60 @@ def _error_of(task: Task) -> str:
     if task.status is TaskStatus.SUCCESS or not task.error_kind:
         return ""
     return f": {task.error_kind}: {task.error_msg}"
+
+
+# -- prune ---------------------------------------------------------------------------------
+
+
+def _age(text: str) -> float:
+    from taskfuse.runtime.retention import RetentionError, parse_age
+
+    try:
+        return parse_age(text)
+    except RetentionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _ended(text: str) -> tuple[TaskStatus, ...]:
+    from taskfuse.runtime.retention import RetentionError, parse_ended
+
+    try:
+        return parse_ended(text)
+    except RetentionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_prune(sub: Any, common: argparse.ArgumentParser) -> None:
+    from taskfuse.runtime.retention import ENDED, PRUNE_CHUNK
+
+    p = sub.add_parser(
+        "prune", parents=[common], help="delete ended tasks older than an age",
+        description="Delete ended tasks (SUCCESS, FAILED, TIMEOUT, CANCELED) that finished "
+                    "longer ago than --older-than, in transactions of "
+                    f"{PRUNE_CHUNK} rows with a pause between them so running workers keep "
+                    "their turn. Never a PENDING or RUNNING task, never one a PENDING or "
+                    "RUNNING dependent still needs. The kept counts follow. The sweeper does "
+                    "the same on each pass with the limits' sweeper.retention_s. Exit 0 "
+                    "(also when nothing was old enough), 2 a usage mistake.")
+    p.add_argument("--older-than", type=_age, required=True, metavar="AGE",
+                   help="finished longer ago than this: 7d, 12h, 30m, 45s or seconds")
+    p.add_argument("--status", type=_ended, default=ENDED, metavar="S[,S...]",
+                   help="only these ended statuses (default all four)")
+    p.add_argument("--batch", help="only this batch's tasks")
+    p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    p.set_defaults(func=cmd_prune)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from taskfuse.cli import opened_store
+    from taskfuse.runtime.retention import ENDED, prune
+
+    with opened_store(args.store) as store:
+        report = prune(store, args.older_than, time.time(), statuses=args.status,
+                       batch_id=args.batch, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    counts = ", ".join(f"{report.removed[s]} {s.value}" for s in ENDED if report.removed.get(s))
+    where = f" of batch {args.batch}" if args.batch else ""
+    print(f"{verb} {report.total} ended task(s){where} older than {args.older_than:g}s"
+          + (f": {counts}" if counts else ""))
+    return 0

@@ -48,6 +48,8 @@ class RetryPlan:
 
     tasks: tuple[Task, ...]
     dependents: frozenset[str]
+    #: asked for, but left ended: an upstream ended badly and is not reopened with it
+    held: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +103,20 @@ def plan(store: Store, selected: Sequence[Task]) -> RetryPlan:
                     extra[cid] = child
                     found.append(cid)
         frontier = found
-    _drop_still_blocked(store, chosen, extra)
+    held = _drop_still_blocked(store, chosen, extra)
     everything = {**chosen, **extra}
     graph = {tid: [d for d in t.depends_on if d in everything] for tid, t in everything.items()}
     order = list(graphlib.TopologicalSorter(graph).static_order())
     order.reverse()  # dependents (deepest first) before their upstreams
-    return RetryPlan(tuple(everything[tid] for tid in order), frozenset(extra))
+    return RetryPlan(tuple(everything[tid] for tid in order), frozenset(extra), held)
 
 
-def _drop_still_blocked(store: Store, chosen: dict[str, Task], extra: dict[str, Task]) -> None:
-    """Leave out dependents with an upstream that ended badly and is not reopened too
-    (dropping one may strand its own dependents: repeat until nothing changes)."""
+def _drop_still_blocked(store: Store, chosen: dict[str, Task],
+                        extra: dict[str, Task]) -> tuple[str, ...]:
+    """Leave out tasks with an upstream that ended badly and is not reopened too: PENDING,
+    they would wait forever (dropping one may strand its own dependents: repeat until
+    nothing changes). Answers the asked-for tasks left out."""
+    held: list[str] = []
     status: dict[str, TaskStatus | None] = {}
 
     def ended_badly(task_id: str) -> bool:
@@ -125,11 +130,15 @@ def _drop_still_blocked(store: Store, chosen: dict[str, Task], extra: dict[str, 
     changed = True
     while changed:
         changed = False
-        for cid, child in list(extra.items()):
-            if any(ended_badly(dep) for dep in child.depends_on):
-                del extra[cid]
-                status[cid] = child.status
-                changed = True
+        for group in (chosen, extra):
+            for cid, child in list(group.items()):
+                if any(ended_badly(dep) for dep in child.depends_on):
+                    del group[cid]
+                    status[cid] = child.status
+                    changed = True
+                    if group is chosen:
+                        held.append(cid)
+    return tuple(held)
 
 
 def reopen(

@@ -823,6 +823,33 @@ class PostgresStore(NamedQueryReads):
             picked.append(task)
         return picked
 
+    def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
+              limit: int) -> dict[TaskStatus, int]:
+        """Delete up to `limit` ended tasks (retention, `taskfuse.runtime.retention`) in one
+        short transaction; answers how many of each status went."""
+        params = {"statuses": [_VALUE[s] for s in statuses], "cutoff": cutoff,
+                  "batch": batch_id, "n": limit}
+
+        def op(conn: psycopg.Connection[Any], _: bool) -> dict[TaskStatus, int]:
+            gone: dict[TaskStatus, int] = {}
+            with conn.transaction():
+                rows = conn.execute(Q["prune_rows"], params).fetchall()
+                if rows:
+                    conn.execute(Q["prune_deps"], {"ids": [r[0] for r in rows]})
+            for _, status in rows:
+                gone[_STATUS[status]] = gone.get(_STATUS[status], 0) + 1
+            return gone
+
+        return self._run(op)
+
+    def prunable(self, cutoff: float, statuses: Sequence[TaskStatus],
+                 batch_id: str | None) -> dict[TaskStatus, int]:
+        """What `prune` would delete in all, by status (a dry run)."""
+        params = {"statuses": [_VALUE[s] for s in statuses], "cutoff": cutoff,
+                  "batch": batch_id}
+        return self._run(lambda c, _: {_STATUS[s]: n
+                                       for s, n in c.execute(Q["prune_count"], params)})
+
     # -- waiting for work ------------------------------------------------------------------
 
     def wait_for_work(self, timeout: float) -> bool:

@@ -548,6 +548,30 @@ class SQLiteStore(NamedQueryReads):
         assert found is not None
         return found
 
+    def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
+              limit: int) -> dict[TaskStatus, int]:
+        """Delete up to `limit` ended tasks (retention, `taskfuse.runtime.retention`) in one
+        short write transaction; answers how many of each status went."""
+        params = {"statuses": names(tuple(_VALUE[s] for s in statuses)), "cutoff": cutoff,
+                  "batch": batch_id, "n": limit}
+        gone: dict[TaskStatus, int] = {}
+        with self._write() as conn:
+            picked = conn.execute(Q["prune_pick"], params).fetchall()
+            if not picked:
+                return gone
+            seqs = json.dumps([seq for seq, _ in picked])
+            for (status,) in conn.execute(Q["prune_rows"], {"seqs": seqs}).fetchall():
+                gone[_STATUS[status]] = gone.get(_STATUS[status], 0) + 1
+            conn.execute(Q["prune_deps"], {"ids": json.dumps([tid for _, tid in picked])})
+        return gone
+
+    def prunable(self, cutoff: float, statuses: Sequence[TaskStatus],
+                 batch_id: str | None) -> dict[TaskStatus, int]:
+        """What `prune` would delete in all, by status (a dry run)."""
+        params = {"statuses": names(tuple(_VALUE[s] for s in statuses)), "cutoff": cutoff,
+                  "batch": batch_id}
+        return {_STATUS[s]: n for s, n in self._conn().execute(Q["prune_count"], params)}
+
     # -- claiming --------------------------------------------------------------------------
 
     def claim(

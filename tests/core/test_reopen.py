@@ -83,3 +83,12 @@ def test_batch_selection_and_refusals() -> None:
     with pytest.raises(reopen.RetryRefused):
         reopen.retry(sched.store, "b", 2.0, statuses=[S.PENDING])
     assert move(sched.store.get("t0"), TaskEvent.OPERATOR_RETRY, 3.0).operator_retries == 1
+
+
+def test_a_task_whose_upstream_stays_ended_is_held_back() -> None:
+    sched = _failed_dag()
+    store = sched.store
+    plan = reopen.plan(store, [store.get("b"), store.get("d")])  # a and x stay ended
+    assert plan.tasks == () and plan.held == ("b", "d")
+    plan = reopen.plan(store, [store.get("b"), store.get("a")])
+    assert [t.task_id for t in plan.tasks] == ["c", "b", "a"] and plan.held == ()

@@ -418,3 +418,32 @@ ON CONFLICT (worker_id) DO UPDATE SET beat = excluded.beat, beat_at = excluded.b
 -- workers --
 -- Every worker's last beat, the latest first, as one JSON array.
 SELECT coalesce(json_agg(beat ORDER BY beat_at DESC), '[]'::json) FROM workers
+
+-- prune_rows --
+-- Retention: delete up to :n ended rows in :statuses that finished before :cutoff (of :batch
+-- when given), never one a PENDING or RUNNING dependent still waits for; rows another
+-- transaction holds are skipped. The count triggers keep the counts; answers each deleted
+-- row's id and status.
+DELETE FROM tasks WHERE task_id IN (
+    SELECT t.task_id FROM tasks AS t
+    WHERE t.status = ANY(%(statuses)s::text[])
+      AND t.finished_at < %(cutoff)s
+      AND (%(batch)s::text IS NULL OR t.batch_id = %(batch)s::text)
+      AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                      WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+    LIMIT %(n)s
+    FOR UPDATE OF t SKIP LOCKED)
+RETURNING task_id, status
+
+-- prune_count --
+-- What `prune_rows` would delete in all, by status (a dry run).
+SELECT t.status, count(*) FROM tasks AS t
+WHERE t.status = ANY(%(statuses)s::text[])
+  AND t.finished_at < %(cutoff)s
+  AND (%(batch)s::text IS NULL OR t.batch_id = %(batch)s::text)
+  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+GROUP BY t.status
+
+-- prune_deps --
+DELETE FROM task_deps WHERE task_id = ANY(%(ids)s::text[])

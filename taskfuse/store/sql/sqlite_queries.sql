@@ -282,3 +282,35 @@ ON CONFLICT (worker_id) DO UPDATE SET beat = excluded.beat, beat_at = excluded.b
 -- Every worker's last beat, the latest first, as one JSON array.
 SELECT coalesce(json_group_array(json(beat)), '[]')
 FROM (SELECT beat FROM workers ORDER BY beat_at DESC)
+
+-- prune_pick --
+-- Retention: up to :n ended rows in :statuses that finished before :cutoff (of :batch when
+-- given), oldest first (seq is the rowid: the walk stops at the n-th match), never one a
+-- PENDING or RUNNING dependent still waits for.
+SELECT t.seq, t.task_id FROM tasks AS t
+WHERE t.status IN (SELECT value FROM json_each(:statuses))
+  AND t.finished_at < :cutoff
+  AND (:batch IS NULL OR t.batch_id = :batch)
+  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+ORDER BY t.seq
+LIMIT :n
+
+-- prune_count --
+-- What `prune_pick` would find in all, by status (a dry run).
+SELECT t.status, count(*) FROM tasks AS t
+WHERE t.status IN (SELECT value FROM json_each(:statuses))
+  AND t.finished_at < :cutoff
+  AND (:batch IS NULL OR t.batch_id = :batch)
+  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+GROUP BY t.status
+
+-- prune_rows --
+-- Delete the picked rows (the count triggers of migrations 4 and 5 keep the counts) and
+-- their own dependency rows; answers each deleted row's status.
+DELETE FROM tasks WHERE seq IN (SELECT value FROM json_each(:seqs))
+RETURNING status
+
+-- prune_deps --
+DELETE FROM task_deps WHERE task_id IN (SELECT value FROM json_each(:ids))
