@@ -11,6 +11,12 @@
   (100 queries a second) first saw the batch ended: the part of the lateness that is the
   workers' own commit after stamping finished_at, which no waiter can beat.
 
+* prune: the same 4 worker processes drain 20k no-op tasks from a store that also holds
+  OLD finished rows (200k here: filling 1M twice per store did not fit the time this was
+  written in), once alone and once while this process prunes those rows
+  (`taskfuse.runtime.retention.prune`, what `taskfuse prune` runs). Figures: tasks_per_s
+  of each drain, their ratio, and the rows the prune removed while the drain ran.
+
     python -m pytest benchmarks/test_bench_ops.py --benchmark-only
 """
 
@@ -138,5 +144,93 @@ def test_wait_for_a_batch_of_10k(benchmark, kind: str) -> None:
         "queries_per_s": [round(r["queries_per_s"], 2) for r in runs],
         "wakeups_per_s": [round(r["wakeups_per_s"], 2) for r in runs],
         "waited_s": [round(r["waited_s"], 2) for r in runs],
+    })
+    print(f"\n{kind}: {benchmark.extra_info}")
+
+
+OLD = 200_000
+DRAIN = 20_000
+
+
+def _fill_for_prune(store: Any) -> None:
+    long_ago = time.time() - 30 * 86400
+    for start in range(0, OLD, 5000):
+        store.insert([Task(f"old{i}", "noop", trace_id=f"o{i}", created_at=long_ago,
+                           status=TaskStatus.SUCCESS, version=2, started_at=long_ago,
+                           finished_at=long_ago + 1, timeout=60.0)
+                      for i in range(start, min(OLD, start + 5000))])
+    now = time.time()
+    for start in range(0, DRAIN, 5000):
+        store.insert([Task(f"t{i}", "noop", trace_id=f"tr{i}", created_at=now,
+                           pending_since=now, timeout=60.0)
+                      for i in range(start, min(DRAIN, start + 5000))])
+
+
+def _drain_with(kind: str, tmp: str, pruning: bool) -> dict[str, float]:
+    from taskfuse.runtime.retention import PruneReport, prune
+
+    url, schema = _url(kind, tmp)
+    store = open_store(url)
+    try:
+        _fill_for_prune(store)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.fleet_worker", url, "4"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  cwd=ROOT, env=env) for _ in range(PROCESSES)]
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        stop = threading.Event()
+        report: list[PruneReport] = []
+        pruner = threading.Thread(target=lambda: report.append(
+            prune(store, 86400.0, time.time(), stop=stop)))
+        start = time.perf_counter()
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        if pruning:
+            pruner.start()
+        claimed = 0
+        for proc in procs:
+            assert proc.stdout is not None
+            claimed += int(proc.stdout.readline().split()[1])
+        drained = time.perf_counter() - start
+        removed_during = OLD - store.counts()[TaskStatus.SUCCESS] + DRAIN if pruning else 0
+        if pruning:
+            pruner.join()
+        pruned_s = time.perf_counter() - start
+        for proc in procs:
+            proc.wait(60)
+        assert claimed == DRAIN
+        assert store.counts()[TaskStatus.SUCCESS] == (DRAIN if pruning else OLD + DRAIN)
+        return {"tasks_per_s": DRAIN / drained, "removed_during": removed_during,
+                "prune_s": pruned_s if pruning else 0.0,
+                "removed": report[0].total if report else 0}
+    finally:
+        store.close()  # type: ignore[attr-defined]
+        if schema:
+            _drop_schema(schema)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_drain_while_pruning(benchmark, kind: str) -> None:
+    _need(kind)
+    tmp = tempfile.mkdtemp(prefix="bench-prune-")
+    runs: dict[str, list[dict[str, float]]] = {"alone": [], "pruning": []}
+
+    def both() -> None:  # side by side in each round
+        runs["alone"].append(_drain_with(kind, tmp, pruning=False))
+        runs["pruning"].append(_drain_with(kind, tmp, pruning=True))
+
+    benchmark.group = f"prune {OLD} old rows while {PROCESSES} processes drain {DRAIN}"
+    benchmark.pedantic(both, rounds=1, iterations=1)
+    alone = runs["alone"][0]["tasks_per_s"]
+    with_prune = runs["pruning"][0]
+    benchmark.extra_info.update({
+        "tasks_per_s_alone": round(alone, 1),
+        "tasks_per_s_pruning": round(with_prune["tasks_per_s"], 1),
+        "ratio": round(with_prune["tasks_per_s"] / alone, 3),
+        "removed_during_drain": with_prune["removed_during"],
+        "prune_s": round(with_prune["prune_s"], 1), "removed": with_prune["removed"],
     })
     print(f"\n{kind}: {benchmark.extra_info}")
