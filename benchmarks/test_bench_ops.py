@@ -71,6 +71,24 @@ class CountingStore:
         return woke
 
 
+def _ready_workers(url: str) -> list[subprocess.Popen[str]]:
+    """PROCESSES fleet workers on `url`, each started and ready, waiting for "go"."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.fleet_worker", url, "4"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT, env=env) for _ in range(PROCESSES)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return procs
+
+
+def _go(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
+
 def _url(kind: str, tmp: str) -> tuple[str, str]:
     if kind == "sqlite":
         return f"sqlite:///{os.path.join(tmp, uuid.uuid4().hex)}.db", ""
@@ -85,20 +103,12 @@ def _one_wait(kind: str, tmp: str) -> dict[str, float]:
         now = time.time()
         store.insert([Task(f"t{i}", "noop", batch_id="b", trace_id=f"tr{i}", created_at=now,
                            pending_since=now, timeout=60.0) for i in range(N)])
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.fleet_worker", url, "4"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  cwd=ROOT, env=env) for _ in range(PROCESSES)]
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        procs = _ready_workers(url)
         counting = CountingStore(store)
         seen: list[float] = []
         poller = threading.Thread(target=_poll, args=(store, seen), daemon=True)
         poller.start()
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        _go(procs)
         got = wait(counting, "b", 600.0)  # type: ignore[arg-type]
         returned = time.time()
         assert got.done and got.status == "ALL_SUCCESS", got
@@ -173,21 +183,13 @@ def _drain_with(kind: str, tmp: str, pruning: bool) -> dict[str, float]:
     store = open_store(url)
     try:
         _fill_for_prune(store)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.fleet_worker", url, "4"],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  cwd=ROOT, env=env) for _ in range(PROCESSES)]
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        procs = _ready_workers(url)
         stop = threading.Event()
         report: list[PruneReport] = []
         pruner = threading.Thread(target=lambda: report.append(
             prune(store, 86400.0, time.time(), stop=stop)))
         start = time.perf_counter()
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        _go(procs)
         if pruning:
             pruner.start()
         claimed = 0

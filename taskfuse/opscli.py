@@ -17,10 +17,11 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from taskfuse.core import reopen
-from taskfuse.core.states import TaskStatus
+from taskfuse.core.states import TaskfuseError, TaskStatus
 from taskfuse.core.task import Task
 from taskfuse.textable import columns
 
@@ -36,11 +37,15 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     _add_prune(sub, common)
 
 
-def _statuses(text: str) -> tuple[TaskStatus, ...]:
-    try:
-        return reopen.parse_statuses(text)
-    except reopen.RetryRefused as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises TaskfuseError: the message, one line."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except TaskfuseError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
 
 
 def _add_retry(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -53,7 +58,7 @@ def _add_retry(sub: Any, common: argparse.ArgumentParser) -> None:
                     "Exit 0: something was retried (or would be, with --dry-run); 1: "
                     "nothing to retry; 2: a usage mistake.")
     p.add_argument("target", metavar="TASK_OR_BATCH")
-    p.add_argument("--status", type=_statuses, default=reopen.REOPENABLE,
+    p.add_argument("--status", type=_argument(reopen.parse_statuses), default=reopen.REOPENABLE,
                    metavar="S[,S...]", help="which ended statuses to retry "
                    "(default FAILED,TIMEOUT,CANCELED)")
     p.add_argument("--reset-attempts", action="store_true",
@@ -213,26 +218,8 @@ def _error_of(task: Task) -> str:
 # -- prune ---------------------------------------------------------------------------------
 
 
-def _age(text: str) -> float:
-    from taskfuse.runtime.retention import RetentionError, parse_age
-
-    try:
-        return parse_age(text)
-    except RetentionError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _ended(text: str) -> tuple[TaskStatus, ...]:
-    from taskfuse.runtime.retention import RetentionError, parse_ended
-
-    try:
-        return parse_ended(text)
-    except RetentionError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _add_prune(sub: Any, common: argparse.ArgumentParser) -> None:
-    from taskfuse.runtime.retention import ENDED, PRUNE_CHUNK
+    from taskfuse.runtime.retention import ENDED, PRUNE_CHUNK, parse_age, parse_ended
 
     p = sub.add_parser(
         "prune", parents=[common], help="delete ended tasks older than an age",
@@ -243,9 +230,9 @@ def _add_prune(sub: Any, common: argparse.ArgumentParser) -> None:
                     "RUNNING dependent still needs. The kept counts follow. The sweeper does "
                     "the same on each pass with the limits' sweeper.retention_s. Exit 0 "
                     "(also when nothing was old enough), 2 a usage mistake.")
-    p.add_argument("--older-than", type=_age, required=True, metavar="AGE",
+    p.add_argument("--older-than", type=_argument(parse_age), required=True, metavar="AGE",
                    help="finished longer ago than this: 7d, 12h, 30m, 45s or seconds")
-    p.add_argument("--status", type=_ended, default=ENDED, metavar="S[,S...]",
+    p.add_argument("--status", type=_argument(parse_ended), default=ENDED, metavar="S[,S...]",
                    help="only these ended statuses (default all four)")
     p.add_argument("--batch", help="only this batch's tasks")
     p.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")

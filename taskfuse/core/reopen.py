@@ -26,6 +26,7 @@ import graphlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from taskfuse.core import states
 from taskfuse.core.events import Emitter, Event, EventKind
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.states import BAD_ENDINGS, TaskEvent, TaskfuseError, TaskStatus
@@ -63,14 +64,8 @@ class RetryResult:
 
 
 def parse_statuses(text: str) -> tuple[TaskStatus, ...]:
-    """`FAILED,TIMEOUT` as statuses; RetryRefused naming the bad one and what is allowed."""
-    out = []
-    for part in (p.strip().upper() for p in text.split(",")):
-        if part not in {s.value for s in REOPENABLE}:
-            allowed = ",".join(s.value for s in REOPENABLE)
-            raise RetryRefused(f"status {part!r} cannot be retried: expected some of {allowed}")
-        out.append(TaskStatus(part))
-    return tuple(dict.fromkeys(out))
+    """`FAILED,TIMEOUT` as statuses; TaskfuseError naming the bad one and what is allowed."""
+    return states.parse_statuses(text, REOPENABLE, "retried")
 
 
 def select(store: Store, target: str, statuses: Iterable[TaskStatus]) -> list[Task]:

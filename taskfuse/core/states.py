@@ -145,6 +145,19 @@ def next_status(task_id: str, status: TaskStatus, event: TaskEvent) -> TaskStatu
         raise IllegalTransition(task_id, status, event) from None
 
 
+def parse_statuses(text: str, allowed: tuple[TaskStatus, ...], doing: str
+                   ) -> tuple[TaskStatus, ...]:
+    """'FAILED,timeout' as statuses among `allowed` (in order, once each); TaskfuseError
+    naming the first other one and what is allowed (`doing`: 'retried', 'pruned')."""
+    out = []
+    for part in (p.strip().upper() for p in text.split(",")):
+        if part not in {s.value for s in allowed}:
+            raise TaskfuseError(f"status {part!r} cannot be {doing}: expected some of "
+                                f"{','.join(s.value for s in allowed)}")
+        out.append(TaskStatus(part))
+    return tuple(dict.fromkeys(out))
+
+
 def derive_batch_status(counts: dict[TaskStatus, int]) -> BatchStatus:
     """A batch's status from the counts of its tasks by status.
 

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus
+from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, parse_statuses
 
 #: Rows per transaction: a few milliseconds of a writer's time on either store.
 PRUNE_CHUNK = 500
@@ -48,14 +48,8 @@ def parse_age(text: str) -> float:
 
 
 def parse_ended(text: str) -> tuple[TaskStatus, ...]:
-    """'SUCCESS,CANCELED' as ended statuses; RetentionError naming a live or unknown one."""
-    out = []
-    for part in (p.strip().upper() for p in text.split(",")):
-        if part not in {s.value for s in ENDED}:
-            raise RetentionError(f"status {part!r} cannot be pruned: expected some of "
-                                 f"{','.join(s.value for s in ENDED)}")
-        out.append(TaskStatus(part))
-    return tuple(dict.fromkeys(out))
+    """'SUCCESS,CANCELED' as ended statuses; TaskfuseError naming a live or unknown one."""
+    return parse_statuses(text, ENDED, "pruned")
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ import pytest
 from taskfuse.core import reopen
 from taskfuse.core.retry import RetryPolicy
 from taskfuse.core.scheduler import Scheduler, Work
-from taskfuse.core.states import TaskEvent, TaskStatus
+from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.task import Outcome, TaskSpec, move
 from taskfuse.store.memory import MemoryStore
 
@@ -78,7 +78,7 @@ def test_batch_selection_and_refusals() -> None:
     assert reopen.select(sched.store, "b", [S.FAILED]) == []
     with pytest.raises(reopen.RetryRefused, match="no task or batch with id 'nope'"):
         reopen.select(sched.store, "nope", [S.FAILED])
-    with pytest.raises(reopen.RetryRefused, match="'SUCCESS' cannot be retried"):
+    with pytest.raises(TaskfuseError, match="'SUCCESS' cannot be retried"):
         reopen.parse_statuses("failed,success")
     with pytest.raises(reopen.RetryRefused):
         reopen.retry(sched.store, "b", 2.0, statuses=[S.PENDING])
