@@ -8,6 +8,10 @@
     taskfuse cancel  --store URL TASK_OR_BATCH
     taskfuse sweep   --store URL [--limits FILE] [--every S] [--once] [--log-json]
     taskfuse inspect --store URL TASK_ID_OR_TRACE_ID [--trace PATH]
+    taskfuse retry   --store URL TASK_OR_BATCH [--status S,...] [--reset-attempts] [--dry-run]
+    taskfuse wait    --store URL TASK_OR_BATCH [--timeout S] [--json]
+    taskfuse result  --store URL TASK [--json]
+    taskfuse prune   --store URL --older-than AGE [--status S,...] [--batch B] [--dry-run]
 
 `--store` defaults to $TASKFUSE_STORE, `--app` to $TASKFUSE_APP and `--limits` to
 $TASKFUSE_LIMITS: a limits file (`lab size --write-limits`, `lab schema --limits`) whose
@@ -149,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=OneLineParser)
     for add in (_add_worker, _add_submit, _add_status, _add_cancel, _add_sweep, _add_inspect):
         add(sub, common)
+    from taskfuse.opscli import add_commands  # retry, wait, result, prune
+
+    add_commands(sub, common)
     return parser
 
 
@@ -731,7 +738,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if not args.once:
                 log.info("sweeper started on %s: every %gs, lease %s, max pending age %s",
                          redact_url(args.store), every, _secs(lease), _secs(max_age))
-            moved = run_sweeper(sched, every_s=every, once=args.once, stop=stop)
+            moved = run_sweeper(sched, every_s=every, once=args.once, stop=stop,
+                                retention_s=rules.retention_s if rules is not None else None)
         finally:
             restore()
     print(f"swept {moved} task(s)")
@@ -798,7 +806,7 @@ def _print_record(task: Task) -> None:
     width = max(len(k) for k in data)
     for key, value in data.items():
         if key in ("created_at", "started_at", "finished_at", "not_before", "heartbeat_at",
-                   "pending_since"):
+                   "pending_since", "operator_retried_at"):
             value = _when(value)
         elif value is None:
             value = "-"
@@ -813,6 +821,9 @@ def _print_record(task: Task) -> None:
 def _history(task: Task) -> list[tuple[float | None, str]]:
     """What the record itself tells about the task's life (the trace tells all of it)."""
     out: list[tuple[float | None, str]] = [(task.created_at, "submitted")]
+    if task.operator_retries:
+        out.append((task.operator_retried_at,
+                    f"retried by an operator ({task.operator_retries} time(s) in all)"))
     if task.retry_count:
         out.append((None, f"{task.retry_count} earlier attempt(s) failed; last error "
                           f"{task.error_kind}: {task.error_msg}"))

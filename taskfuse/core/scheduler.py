@@ -22,6 +22,7 @@ a lost swap is re-read and decided again, never overwritten. Every move is an ev
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -59,6 +60,17 @@ _NO_LOCK: AbstractContextManager[Any] = nullcontext()
 DEADLINE_SLACK_S = 0.002
 #: The error kind of a RUNNING task the sweeper ends for being beyond its attempts (rule 3).
 ATTEMPTS_EXCEEDED = "attempts_exceeded"
+#: The error kind of a task whose result is larger than `SchedulerConfig.max_result_bytes`.
+RESULT_TOO_LARGE = "result_too_large"
+
+
+def result_size(result: Any) -> int:
+    """Bytes of `result` as the stores keep it (compact JSON); 0 for what JSON cannot hold
+    (the store refuses that itself, unwritten)."""
+    try:
+        return len(json.dumps(result, allow_nan=False, separators=(",", ":")).encode())
+    except (TypeError, ValueError):
+        return 0
 
 
 def _same_move(stored: Task, new: Task) -> bool:
@@ -116,16 +128,20 @@ class SchedulerConfig:
     `lease_s`: a RUNNING task whose heartbeat is older than this is an orphan (None: only the
     2 x timeout rule applies). `max_pending_age_s`: PENDING tasks waiting longer than this
     (since they last became PENDING) are CANCELED by the sweeper (None: never).
+    `max_result_bytes`: a task whose result is larger (as JSON) ends FAILED with
+    RESULT_TOO_LARGE at completion, instead of a row too large to write or to read back
+    (None: no bound).
     """
 
     default_timeout: float = 60.0
     lease_s: float | None = None
     max_pending_age_s: float | None = None
+    max_result_bytes: int | None = 1 << 20
 
     def __post_init__(self) -> None:
         if self.default_timeout <= 0:
             raise ValueError(f"default_timeout must be > 0, got {self.default_timeout!r}")
-        for name in ("lease_s", "max_pending_age_s"):
+        for name in ("lease_s", "max_pending_age_s", "max_result_bytes"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 (or None), got {value!r}")
@@ -403,6 +419,14 @@ class Scheduler:
 
     def _after(self, task: Task, outcome: Outcome, now: float) -> tuple[Task, str]:
         if outcome.ok:
+            limit = self.config.max_result_bytes
+            if limit is not None and outcome.result is not None:
+                size = result_size(outcome.result)
+                if size > limit:
+                    why = (f"result of {size} bytes is over the limit of {limit} bytes "
+                           "(max_result_bytes): not stored")
+                    return move(task, TaskEvent.FAIL, now, error_kind=RESULT_TOO_LARGE,
+                                error_msg=why), "result too large"
             new = move(task, _SUCCEED, now)
             new.result = outcome.result  # not stored yet: still ours to finish
             return new, "ok"

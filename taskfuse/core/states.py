@@ -23,7 +23,11 @@ The table encodes the lifecycle of DESIGN.md:
 * Graceful shutdown hands unfinished work back (--release--> PENDING, not an attempt), and a
   task refused by an open circuit breaker waits again without burning an attempt
   (--defer--> PENDING).
-* SUCCESS, FAILED, TIMEOUT and CANCELED are terminal: they have no exits, written down below.
+* SUCCESS, FAILED, TIMEOUT and CANCELED are terminal: nothing a worker, the watchdog or the
+  sweeper does moves them again, written down below. SUCCESS has no exit at all.
+* Only an operator reopens what ended badly: FAILED, TIMEOUT or CANCELED --operator_retry-->
+  PENDING (`taskfuse retry`), a move of its own so that no automatic actor can ever
+  resurrect a terminal record: a late result still loses its version check.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class TaskEvent(StrEnum):
     ORPHAN_RETRY = "orphan_retry"
     RELEASE = "release"
     DEFER = "defer"
+    OPERATOR_RETRY = "operator_retry"
 
 
 class BatchStatus(StrEnum):
@@ -89,10 +94,14 @@ TRANSITIONS: dict[tuple[TaskStatus, TaskEvent], TaskStatus] = {
     (R, E.ORPHAN_RETRY): P,
     (R, E.RELEASE): P,
     (R, E.DEFER): P,
+    (TaskStatus.FAILED, E.OPERATOR_RETRY): P,
+    (TaskStatus.TIMEOUT, E.OPERATOR_RETRY): P,
+    (TaskStatus.CANCELED, E.OPERATOR_RETRY): P,
 }
 del P, R, E
 
-#: Statuses with no way out. Listed, not inferred, so the table test can check both agree.
+#: Statuses no automatic actor moves out of (only OPERATOR_EVENTS do). Listed, not inferred,
+#: so the table test can check both agree.
 TERMINAL: frozenset[TaskStatus] = frozenset(
     {TaskStatus.SUCCESS, TaskStatus.FAILED, TaskStatus.TIMEOUT, TaskStatus.CANCELED}
 )
@@ -101,6 +110,9 @@ TERMINAL: frozenset[TaskStatus] = frozenset(
 BAD_ENDINGS: frozenset[TaskStatus] = frozenset(
     {TaskStatus.FAILED, TaskStatus.TIMEOUT, TaskStatus.CANCELED}
 )
+
+#: Moves only a person asks for: the one way out of a terminal status.
+OPERATOR_EVENTS: frozenset[TaskEvent] = frozenset({TaskEvent.OPERATOR_RETRY})
 
 #: Moves that count as a new attempt being used up (retry_count + 1).
 RETRY_EVENTS: frozenset[TaskEvent] = frozenset(
@@ -131,6 +143,19 @@ def next_status(task_id: str, status: TaskStatus, event: TaskEvent) -> TaskStatu
         return TRANSITIONS[status, event]
     except KeyError:
         raise IllegalTransition(task_id, status, event) from None
+
+
+def parse_statuses(text: str, allowed: tuple[TaskStatus, ...], doing: str
+                   ) -> tuple[TaskStatus, ...]:
+    """'FAILED,timeout' as statuses among `allowed` (in order, once each); TaskfuseError
+    naming the first other one and what is allowed (`doing`: 'retried', 'pruned')."""
+    out = []
+    for part in (p.strip().upper() for p in text.split(",")):
+        if part not in {s.value for s in allowed}:
+            raise TaskfuseError(f"status {part!r} cannot be {doing}: expected some of "
+                                f"{','.join(s.value for s in allowed)}")
+        out.append(TaskStatus(part))
+    return tuple(dict.fromkeys(out))
 
 
 def derive_batch_status(counts: dict[TaskStatus, int]) -> BatchStatus:

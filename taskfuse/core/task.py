@@ -12,7 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from taskfuse.core.states import RETRY_EVENTS, TRANSITIONS, IllegalTransition, TaskEvent, TaskStatus
+from taskfuse.core.states import (
+    OPERATOR_EVENTS,
+    RETRY_EVENTS,
+    TRANSITIONS,
+    IllegalTransition,
+    TaskEvent,
+    TaskStatus,
+)
 
 
 @dataclass(slots=True, eq=True)
@@ -26,6 +33,9 @@ class Task:
     `pending_since` is when it last became PENDING (submitted, retried, deferred, released,
     orphaned): the sweeper's max age counts from there (`waiting_since`), not from
     `created_at`, so a task it has just put back is not one that waited too long.
+    `operator_retries` counts how often an operator reopened it after it ended
+    (`taskfuse retry`), `operator_retried_at` says when last; the error of the ending it
+    was reopened from stays in error_kind/error_msg until its next attempt ends.
     """
 
     task_id: str
@@ -53,6 +63,8 @@ class Task:
     heartbeat_at: float | None = None
     last_delay: float | None = None
     pending_since: float | None = None
+    operator_retries: int = 0
+    operator_retried_at: float | None = None
 
     @property
     def attempt(self) -> int:
@@ -132,8 +144,9 @@ def move(task: Task, event: TaskEvent, now: float, **changes: Any) -> Task:
     Fields that every move of a kind implies are set here, so no store can forget them:
     entering RUNNING stamps started_at/heartbeat_at; entering a terminal status stamps
     finished_at; returning to PENDING stamps pending_since, clears the worker, and counts a
-    retry for the events that use up an attempt. `changes` adds the caller's specifics
-    (result, error, not_before, worker_id).
+    retry for the events that use up an attempt; an operator's retry out of a terminal
+    status also clears finished_at and not_before and is counted on the record. `changes`
+    adds the caller's specifics (result, error, not_before, worker_id).
     """
     try:  # next_status(), written out: every claim and completion passes here
         dst = TRANSITIONS[task.status, event]
@@ -153,6 +166,11 @@ def move(task: Task, event: TaskEvent, now: float, **changes: Any) -> Task:
         new.heartbeat_at = None
         if event in RETRY_EVENTS:
             new.retry_count = task.retry_count + 1
+        elif event in OPERATOR_EVENTS:
+            new.finished_at = None
+            new.not_before = None
+            new.operator_retries = task.operator_retries + 1
+            new.operator_retried_at = now
     else:
         new.finished_at = now
     if changes:

@@ -288,13 +288,16 @@ class Sweeper(Strict):
     """The orphan sweeper's rules, and the lease the workers keep.
 
     A RUNNING task whose lease (renewed every heartbeat_s, default lease_s / 3) is older than
-    lease_s is an orphan; PENDING longer than max_pending_age_s is CANCELED.
+    lease_s is an orphan; PENDING longer than max_pending_age_s is CANCELED. With
+    retention_s, each pass also deletes ended tasks that finished longer ago than that (in
+    chunks, never one a live dependent needs: taskfuse.runtime.retention).
     """
 
     interval_s: Period = 30.0
     lease_s: Period | None = None
     heartbeat_s: Period | None = None
     max_pending_age_s: Duration | None = None
+    retention_s: Duration | None = None
 
     @model_validator(mode="after")
     def _beat_within_lease(self) -> Sweeper:

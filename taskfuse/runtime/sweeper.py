@@ -23,6 +23,7 @@ from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Task
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
+from taskfuse.runtime.retention import prune
 from taskfuse.store import StoreUnavailable, describe_error
 
 log = logging.getLogger("taskfuse.sweeper")
@@ -42,6 +43,8 @@ Each pass applies three rules, each on its own, every move through the version c
      operator's edit or a bug writes such a record) is FAILED at once, lease or not
      ("attempts_exceeded"). The last attempt (retry_count == max_retry) is legitimate and
      is ended only by rule 1, then FAILED rather than retried.
+With the limits' sweeper.retention_s, a pass then deletes ended tasks that finished longer
+ago than that (as `taskfuse prune --older-than`).
 """
 
 
@@ -68,6 +71,17 @@ def sweep_once(scheduler: Scheduler, now: float) -> list[Task]:
     return moved
 
 
+def prune_old(store: Store, retention_s: float, now: float,
+              stop: threading.Event | None = None) -> int:
+    """The retention part of a pass: ended tasks older than `retention_s` go; logged."""
+    report = prune(store, retention_s, now, stop=stop)
+    if report.total:
+        counts = ", ".join(f"{n} {s.value}" for s, n in report.removed.items())
+        log.info("pruned %d ended task(s) older than %gs: %s", report.total, retention_s,
+                 counts)
+    return report.total
+
+
 def run_sweeper(
     scheduler: Scheduler,
     *,
@@ -77,13 +91,15 @@ def run_sweeper(
     clock: Callable[[], float] = time.time,
     lock: AbstractContextManager[Any] | None = None,
     on_moved: Callable[[list[Task]], None] | None = None,
+    retention_s: float | None = None,
 ) -> int:
     """Sweep now and then every `every_s` seconds until `stop` is set; returns tasks moved.
 
     A failed pass (the database restarting) is logged and tried again at the next interval.
     In a process that also runs workers on the same Scheduler (the load test), `lock` is
     held around each pass (the Runner's fuse lock) and `on_moved` hears of the tasks a pass
-    moved, under it (to wake the claimer: requeued work is claimable).
+    moved, under it (to wake the claimer: requeued work is claimable). With `retention_s`,
+    each pass then prunes ended tasks older than that (outside `lock`: it takes its time).
     """
     if every_s <= 0:
         raise ValueError(f"sweep interval must be > 0 seconds, got {every_s!r}")
@@ -96,6 +112,8 @@ def run_sweeper(
                 if moved and on_moved is not None:
                     on_moved(moved)
             total += len(moved)
+            if retention_s is not None:
+                prune_old(scheduler.store, retention_s, clock(), stop)
         except StoreUnavailable as exc:  # an outage is expected: one line per pass, no trace
             if once:
                 raise

@@ -61,13 +61,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskfuse.core import reopen
 from taskfuse.core.capacity import claim_room, replaces_stuck, retires_on_return
 from taskfuse.core.events import Event, EventKind, EventSink, thread_wait
+from taskfuse.core.reopen import RetryResult
 from taskfuse.core.retry import ErrorKind
 from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, LostRace, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import Store, WorkerBeat
 from taskfuse.core.task import Outcome, Task, TaskSpec
+from taskfuse.runtime import waiting
 from taskfuse.runtime.aio import AsyncExecutor, AsyncTaskContext, LoopRoom
 from taskfuse.runtime.app import App
 from taskfuse.runtime.attempts import AttemptKey, Attempts, Stuck, key_of
@@ -79,6 +82,7 @@ from taskfuse.runtime.logs import TaskOutput
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import ProcessPool
 from taskfuse.runtime.schedules import schedule_role
+from taskfuse.runtime.waiting import WaitResult
 from taskfuse.store import StoreError, StoreFull, StoreUnavailable, bounded
 from taskfuse.store.memory import LockedStore, MemoryStore
 
@@ -494,6 +498,20 @@ class Runner:
             self._stop_task(task_id)
         self._changed()
         return n
+
+    def retry(self, target: str, **options: Any) -> RetryResult:
+        """Put a task's or a batch's ended tasks back to PENDING (`taskfuse.core.reopen.retry`:
+        `statuses`, `reset_attempts`, `dry_run`), with the dependents they took down."""
+        result = reopen.retry(self.store, target, self.clock(), emit=self.scheduler.emit,
+                              **options)
+        if result.retried:
+            self._changed()
+        return result
+
+    def wait(self, target: str, timeout: float | None = None) -> WaitResult:
+        """Wait until the task or batch `target` ended (in any process), or `timeout` s
+        passed: `taskfuse.runtime.waiting.wait`, woken by the store's notifications."""
+        return waiting.wait(self.store, target, timeout)
 
     def get(self, task_id: str) -> Task | None:
         """The stored record of a task (None if unknown)."""

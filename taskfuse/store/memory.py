@@ -224,6 +224,39 @@ class MemoryStore:
             per[src] -= 1
             per[dst] += 1
 
+    def _prunable(self, cutoff: float, statuses: Sequence[TaskStatus],
+                  batch_id: str | None) -> list[Task]:
+        wanted = set(statuses)
+        live = (_PENDING, _RUNNING)
+        return [t for t in self._tasks.values()
+                if t.status in wanted and t.finished_at is not None and t.finished_at < cutoff
+                and (batch_id is None or t.batch_id == batch_id)
+                and not any(self._tasks[c].status in live for c in self._children.get(t.task_id, ())
+                            if c in self._tasks)]
+
+    def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
+              limit: int) -> dict[TaskStatus, int]:
+        """Delete up to `limit` ended tasks, oldest first (the durable stores' rule)."""
+        gone: dict[TaskStatus, int] = {}
+        for task in self._prunable(cutoff, statuses, batch_id)[:limit]:
+            del self._tasks[task.task_id]
+            if task.idempotency_key:
+                self._by_key.pop(task.idempotency_key, None)
+            self._by_trace[task.trace_id].remove(task.task_id)
+            for dep in task.depends_on:
+                if task.task_id in self._children.get(dep, ()):
+                    self._children[dep].remove(task.task_id)
+            self._count(task.batch_id, task.status, -1)
+            gone[task.status] = gone.get(task.status, 0) + 1
+        return gone
+
+    def prunable(self, cutoff: float, statuses: Sequence[TaskStatus],
+                 batch_id: str | None) -> dict[TaskStatus, int]:
+        out: dict[TaskStatus, int] = {}
+        for task in self._prunable(cutoff, statuses, batch_id):
+            out[task.status] = out.get(task.status, 0) + 1
+        return out
+
     def heartbeat(self, task_id: str, version: int, now: float) -> bool:
         task = self._tasks.get(task_id)
         if task is None or task.version != version or task.status is not _RUNNING:

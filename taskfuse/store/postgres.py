@@ -184,12 +184,13 @@ def _row_to_task(row: Sequence[Any]) -> Task:
     (task_id, kind, payload, batch_id, trace_id, key, depends_on, priority, status, version,
      retry_count, max_retry, timeout, not_before, created_at, started_at, finished_at,
      worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay,
-     pending_since) = row
+     pending_since, operator_retries, operator_retried_at) = row
     return Task(
         task_id, kind, payload, batch_id, trace_id, key, tuple(depends_on), priority,
         _STATUS[status], version, retry_count, max_retry, timeout, not_before, created_at,
         started_at, finished_at, worker_id, result, error_kind, error_msg,
         tuple(downstreams), heartbeat_at, last_delay, pending_since,
+        operator_retries, operator_retried_at,
     )
 
 
@@ -200,7 +201,8 @@ def _swap_params(new: Task, expected: int, claim_token: uuid.UUID | None = None)
 
 _SWAP_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
                  "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
-                 "heartbeat_at", "last_delay", "pending_since")
+                 "heartbeat_at", "last_delay", "pending_since", "operator_retries",
+                 "operator_retried_at")
 
 
 def _same_write(stored: Task, new: Task) -> bool:
@@ -283,9 +285,10 @@ class _Listener:
                             with self._cond:
                                 self._subscribed |= todo
                             self._bump(todo)
-                        got = {n.channel for n in conn.notifies(timeout=0.2)}
-                        if got:
-                            self._bump(got)
+                        # each as it arrives: collecting the whole window first held
+                        # every wake-up back by up to its 0.2 s
+                        for note in conn.notifies(timeout=0.2):
+                            self._bump((note.channel,))
             except psycopg.Error as exc:
                 if self._stop:
                     break
@@ -368,6 +371,8 @@ class PostgresStore(NamedQueryReads):
             connect_timeout=given.get("connect_timeout") or max(1, int(connect_timeout)),
         )
         self.work_channel = f"taskfuse_work_{self.schema}"
+        #: Notified when a task ends (migration 8), for waiters of results.
+        self.done_channel = f"taskfuse_done_{self.schema}"
         self._closed = False
         self._bound = threading.local()
         self._capped = True
@@ -648,8 +653,8 @@ class PostgresStore(NamedQueryReads):
                     list(t.depends_on), t.priority, _VALUE[t.status], t.version, t.retry_count,
                     t.max_retry, t.timeout, t.not_before, t.created_at, t.started_at,
                     t.finished_at, t.worker_id, results[i], t.error_kind, t.error_msg,
-                    list(t.downstreams), t.heartbeat_at, t.last_delay, t.pending_since, unmet,
-                    t.task_id in awaited,
+                    list(t.downstreams), t.heartbeat_at, t.last_delay, t.pending_since,
+                    t.operator_retries, t.operator_retried_at, unmet, t.task_id in awaited,
                 ))
         if deps:
             with cur.copy(Q["copy_deps"]) as copy:
@@ -892,6 +897,33 @@ class PostgresStore(NamedQueryReads):
             picked.append(task)
         return picked
 
+    def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
+              limit: int) -> dict[TaskStatus, int]:
+        """Delete up to `limit` ended tasks (retention, `taskfuse.runtime.retention`) in one
+        short transaction; answers how many of each status went."""
+        params = {"statuses": [_VALUE[s] for s in statuses], "cutoff": cutoff,
+                  "batch": batch_id, "n": limit}
+
+        def op(conn: psycopg.Connection[Any], _: bool) -> dict[TaskStatus, int]:
+            gone: dict[TaskStatus, int] = {}
+            with conn.transaction():
+                rows = conn.execute(Q["prune_rows"], params).fetchall()
+                if rows:
+                    conn.execute(Q["prune_deps"], {"ids": [r[0] for r in rows]})
+            for _, status in rows:
+                gone[_STATUS[status]] = gone.get(_STATUS[status], 0) + 1
+            return gone
+
+        return self._run(op)
+
+    def prunable(self, cutoff: float, statuses: Sequence[TaskStatus],
+                 batch_id: str | None) -> dict[TaskStatus, int]:
+        """What `prune` would delete in all, by status (a dry run)."""
+        params = {"statuses": [_VALUE[s] for s in statuses], "cutoff": cutoff,
+                  "batch": batch_id}
+        return self._run(lambda c, _: {_STATUS[s]: n
+                                       for s, n in c.execute(Q["prune_count"], params)})
+
     # -- waiting for work ------------------------------------------------------------------
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -904,6 +936,13 @@ class PostgresStore(NamedQueryReads):
         if self._closed:
             return False
         return self._listener.wait(self.work_channel, timeout)
+
+    def wait_for_done(self, timeout: float) -> bool:
+        """Block up to `timeout` s until some task ended (a notification of migration 8);
+        True if one did. A waiter of results then asks the store what it waits for."""
+        if self._closed:
+            return False
+        return self._listener.wait(self.done_channel, timeout)
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -94,14 +94,15 @@ Q = _queries()
 
 #: The columns of an inserted row, in the order of `insert_tasks`.
 _INSERT_COLUMNS = (*TASK_COLUMNS, "unmet", "ready_tick")
-#: Rows per statement at most, for inserts and groups of completions (27 and 15 placeholders
+#: Rows per statement at most, for inserts and groups of completions (29 and 17 placeholders
 #: a row, under the 32,766 of SQLite 3.32 and later; an older library allows 999: fewer rows
 #: per statement then).
 _MAX_ROWS_PER_STATEMENT = 500
 #: The values of a move in `swap_ended`, in the order of its columns.
 _ENDED_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
                   "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
-                  "heartbeat_at", "last_delay", "pending_since")
+                  "heartbeat_at", "last_delay", "pending_since", "operator_retries",
+                  "operator_retried_at")
 
 
 @lru_cache(maxsize=16)
@@ -131,12 +132,13 @@ def _row_to_task(row: tuple[Any, ...]) -> Task:
     (task_id, kind, payload, batch_id, trace_id, key, depends_on, priority, status, version,
      retry_count, max_retry, timeout, not_before, created_at, started_at, finished_at,
      worker_id, result, error_kind, error_msg, downstreams, heartbeat_at, last_delay,
-     pending_since) = row
+     pending_since, operator_retries, operator_retried_at) = row
     return Task(
         task_id, kind, loads(payload), batch_id, trace_id, key, unnames(depends_on), priority,
         _STATUS[status], version, retry_count, max_retry, timeout, not_before, created_at,
         started_at, finished_at, worker_id, loads(result), error_kind, error_msg,
         unnames(downstreams), heartbeat_at, last_delay, pending_since,
+        operator_retries, operator_retried_at,
     )
 
 
@@ -433,6 +435,8 @@ class SQLiteStore(NamedQueryReads):
             "error_kind": task.error_kind, "error_msg": task.error_msg,
             "downstreams": names(task.downstreams), "heartbeat_at": task.heartbeat_at,
             "last_delay": task.last_delay, "pending_since": task.pending_since,
+            "operator_retries": task.operator_retries,
+            "operator_retried_at": task.operator_retried_at,
             "unmet": unmet, "ready_tick": tick,
         }
 
@@ -559,6 +563,30 @@ class SQLiteStore(NamedQueryReads):
         assert found is not None
         return found
 
+    def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
+              limit: int) -> dict[TaskStatus, int]:
+        """Delete up to `limit` ended tasks (retention, `taskfuse.runtime.retention`) in one
+        short write transaction; answers how many of each status went."""
+        params = {"statuses": names(tuple(_VALUE[s] for s in statuses)), "cutoff": cutoff,
+                  "batch": batch_id, "n": limit}
+        gone: dict[TaskStatus, int] = {}
+        with self._write() as conn:
+            picked = conn.execute(Q["prune_pick"], params).fetchall()
+            if not picked:
+                return gone
+            seqs = json.dumps([seq for seq, _ in picked])
+            for (status,) in conn.execute(Q["prune_rows"], {"seqs": seqs}).fetchall():
+                gone[_STATUS[status]] = gone.get(_STATUS[status], 0) + 1
+            conn.execute(Q["prune_deps"], {"ids": json.dumps([tid for _, tid in picked])})
+        return gone
+
+    def prunable(self, cutoff: float, statuses: Sequence[TaskStatus],
+                 batch_id: str | None) -> dict[TaskStatus, int]:
+        """What `prune` would delete in all, by status (a dry run)."""
+        params = {"statuses": names(tuple(_VALUE[s] for s in statuses)), "cutoff": cutoff,
+                  "batch": batch_id}
+        return {_STATUS[s]: n for s, n in self._conn().execute(Q["prune_count"], params)}
+
     # -- claiming --------------------------------------------------------------------------
 
     def claim(
@@ -680,6 +708,12 @@ class SQLiteStore(NamedQueryReads):
             with self._work:
                 self._waiters -= 1
                 self._work.notify_all()
+
+    def wait_for_done(self, timeout: float) -> bool:
+        """Block up to `timeout` s until another connection committed (a task may have
+        ended); SQLite has no notifications, so this is `wait_for_work`'s poll of
+        ``PRAGMA data_version`` (a read of shared memory, no file I/O), every `poll_s`."""
+        return self.wait_for_work(timeout)
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import pytest
 
 from taskfuse.core.states import (
     BAD_ENDINGS,
+    OPERATOR_EVENTS,
     TERMINAL,
     TRANSITIONS,
     BatchStatus,
@@ -31,13 +32,39 @@ def test_every_status_is_reachable_from_pending() -> None:
     assert seen == set(TaskStatus)
 
 
-def test_terminals_have_no_exits_and_are_exactly_the_dead_ends() -> None:
-    sources = {s for s, _ in TRANSITIONS}
-    assert {s for s in TaskStatus if s not in sources} == TERMINAL
+def test_terminals_are_exactly_the_dead_ends_of_every_automatic_move() -> None:
+    automatic = {s for s, e in TRANSITIONS if e not in OPERATOR_EVENTS}
+    assert {s for s in TaskStatus if s not in automatic} == TERMINAL
     for status in TERMINAL:
         for event in TaskEvent:
+            if event in OPERATOR_EVENTS and status in BAD_ENDINGS:
+                continue
             with pytest.raises(IllegalTransition):
                 next_status("t1", status, event)
+
+
+def test_only_an_operator_reopens_and_only_what_ended_badly() -> None:
+    reopen = {(s, e): d for (s, e), d in TRANSITIONS.items() if e in OPERATOR_EVENTS}
+    assert reopen == {(s, TaskEvent.OPERATOR_RETRY): TaskStatus.PENDING for s in BAD_ENDINGS}
+    with pytest.raises(IllegalTransition):
+        next_status("t1", TaskStatus.SUCCESS, TaskEvent.OPERATOR_RETRY)
+    for live in (TaskStatus.PENDING, TaskStatus.RUNNING):  # a second retry finds nothing to do
+        with pytest.raises(IllegalTransition):
+            next_status("t1", live, TaskEvent.OPERATOR_RETRY)
+
+
+def test_operator_retry_keeps_the_error_and_stamps_who_and_when() -> None:
+    t = Task("a", "k", max_retry=1)
+    run = move(t, TaskEvent.CLAIM, 1.0, worker_id="w1")
+    failed = move(run, TaskEvent.FAIL, 2.0, error_kind="http_401", error_msg="denied")
+    back = move(failed, TaskEvent.OPERATOR_RETRY, 9.0)
+    assert (back.status, back.version, back.finished_at, back.pending_since) == (
+        TaskStatus.PENDING, 3, None, 9.0)
+    assert (back.operator_retries, back.operator_retried_at) == (1, 9.0)
+    assert (back.error_kind, back.error_msg, back.retry_count) == ("http_401", "denied", 0)
+    again = move(move(move(back, TaskEvent.CLAIM, 10.0), TaskEvent.TIME_OUT, 11.0),
+                 TaskEvent.OPERATOR_RETRY, 12.0)
+    assert (again.operator_retries, again.operator_retried_at) == (2, 12.0)
 
 
 def test_illegal_move_names_task_state_and_event() -> None:

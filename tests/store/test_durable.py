@@ -124,11 +124,12 @@ def test_postgres_schema_is_versioned_and_concurrent_openers_agree() -> None:
             t.join()
         assert not errors, errors
         versions = {s.schema_version() for s in opened}
-        assert versions == {6}  # tasks, fleet limits, workers, pending_since, counts
+        assert versions == {8}  # tasks, fleet limits, workers, pending_since, counts, ops
         rows = opened[0]._run(lambda c, _: c.execute(
             "SELECT version, name FROM taskfuse_migrations ORDER BY version").fetchall())
         assert rows == [(1, "tasks"), (2, "fleet_limits"), (3, "workers"),
-                        (4, "pending_since"), (5, "task_counts"), (6, "batch_counts")]
+                        (4, "pending_since"), (5, "task_counts"), (6, "batch_counts"),
+                        (7, "operator_retry"), (8, "done_channel")]
     finally:
         for s in opened:
             s.close()
@@ -166,7 +167,7 @@ def test_a_session_ended_while_opening_is_opened_again_and_migrates_once() -> No
         (store,) = opened
         rows = store._run(lambda c, _: c.execute(
             "SELECT version FROM taskfuse_migrations ORDER BY version").fetchall())
-        assert [v for (v,) in rows] == [1, 2, 3, 4, 5, 6]
+        assert [v for (v,) in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
     finally:
         for s in opened:
             s.close()

@@ -122,7 +122,7 @@ def test_the_migrations_count_a_table_that_already_holds_rows(version: int) -> N
         before, batches = scanned(schema), scanned_batches(schema)
         store = PostgresStore(pg_url(schema), pool_max=1)
         try:
-            assert_migrated_counts(store, 6, before, batches)
+            assert_migrated_counts(store, len(migrations("postgres")), before, batches)
         finally:
             store.close()
     finally:

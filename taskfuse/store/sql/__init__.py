@@ -160,6 +160,8 @@ def swap_values(new: Task, expected: int) -> dict[str, Any]:
         "heartbeat_at": new.heartbeat_at,
         "last_delay": new.last_delay,
         "pending_since": new.pending_since,
+        "operator_retries": new.operator_retries,
+        "operator_retried_at": new.operator_retried_at,
     }
 
 

@@ -46,7 +46,8 @@ UPDATE tasks SET
     not_before = %(not_before)s, started_at = %(started_at)s, finished_at = %(finished_at)s,
     worker_id = %(worker_id)s, result = %(result)s::jsonb, error_kind = %(error_kind)s,
     error_msg = %(error_msg)s, heartbeat_at = %(heartbeat_at)s, last_delay = %(last_delay)s,
-    pending_since = %(pending_since)s,
+    pending_since = %(pending_since)s, operator_retries = %(operator_retries)s,
+    operator_retried_at = %(operator_retried_at)s,
     ready_tick = CASE WHEN %(status)s = 'PENDING' THEN nextval('taskfuse_tick')
                       ELSE ready_tick END,
     run_tick = CASE WHEN %(status)s = 'RUNNING' THEN nextval('taskfuse_tick') * 4096
@@ -64,17 +65,19 @@ UPDATE tasks AS t SET
     not_before = u.not_before, started_at = u.started_at, finished_at = u.finished_at,
     worker_id = u.worker_id, result = u.result::jsonb, error_kind = u.error_kind,
     error_msg = u.error_msg, heartbeat_at = u.heartbeat_at, last_delay = u.last_delay,
-    pending_since = u.pending_since, claim_token = NULL
+    pending_since = u.pending_since, operator_retries = u.operator_retries,
+    operator_retried_at = u.operator_retried_at, claim_token = NULL
 FROM unnest(%(task_id)s::text[], %(expected)s::integer[], %(status)s::text[],
             %(version)s::integer[], %(retry_count)s::integer[],
             %(not_before)s::double precision[], %(started_at)s::double precision[],
             %(finished_at)s::double precision[], %(worker_id)s::text[], %(result)s::text[],
             %(error_kind)s::text[], %(error_msg)s::text[],
             %(heartbeat_at)s::double precision[], %(last_delay)s::double precision[],
-            %(pending_since)s::double precision[])
+            %(pending_since)s::double precision[], %(operator_retries)s::integer[],
+            %(operator_retried_at)s::double precision[])
      AS u(task_id, expected, status, version, retry_count, not_before, started_at,
           finished_at, worker_id, result, error_kind, error_msg, heartbeat_at, last_delay,
-          pending_since)
+          pending_since, operator_retries, operator_retried_at)
 WHERE t.task_id = u.task_id AND t.version = u.expected
 RETURNING t.task_id
 
@@ -439,3 +442,32 @@ RETURNING old.status, {task_t}
 SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
 WHERE d.depends_on = ANY(%(ids)s)
 ORDER BY t.seq, d.pos
+
+-- prune_rows --
+-- Retention: delete up to :n ended rows in :statuses that finished before :cutoff (of :batch
+-- when given), never one a PENDING or RUNNING dependent still waits for; rows another
+-- transaction holds are skipped. The count triggers keep the counts; answers each deleted
+-- row's id and status.
+DELETE FROM tasks WHERE task_id IN (
+    SELECT t.task_id FROM tasks AS t
+    WHERE t.status = ANY(%(statuses)s::text[])
+      AND t.finished_at < %(cutoff)s
+      AND (%(batch)s::text IS NULL OR t.batch_id = %(batch)s::text)
+      AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                      WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+    LIMIT %(n)s
+    FOR UPDATE OF t SKIP LOCKED)
+RETURNING task_id, status
+
+-- prune_count --
+-- What `prune_rows` would delete in all, by status (a dry run).
+SELECT t.status, count(*) FROM tasks AS t
+WHERE t.status = ANY(%(statuses)s::text[])
+  AND t.finished_at < %(cutoff)s
+  AND (%(batch)s::text IS NULL OR t.batch_id = %(batch)s::text)
+  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+GROUP BY t.status
+
+-- prune_deps --
+DELETE FROM task_deps WHERE task_id = ANY(%(ids)s::text[])

@@ -1,0 +1,109 @@
+"""Retention on every store: which ended tasks go, which stay, and the kept counts after."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from taskfuse import cli
+from taskfuse.core.retry import RetryPolicy
+from taskfuse.core.scheduler import Scheduler, Work
+from taskfuse.core.states import TaskStatus
+from taskfuse.core.task import Outcome, TaskSpec
+from taskfuse.runtime.retention import RetentionError, parse_age, prune
+from tests.store.backends import ALL_STORES
+
+S = TaskStatus
+OLD, NEW, NOW = 1000.0, 9000.0, 10_000.0
+
+
+def _store_with_history(store) -> Scheduler:
+    """Old and new endings of every kind, live tasks, and a parent a live task waits for."""
+    sched = Scheduler(store, policy=RetryPolicy(max_retry=0))
+    ids = ("ok", "bad", "gone", "parent", "q", "qchild", "recent", "running", "waiting")
+    sched.submit_batch([TaskSpec("k", task_id=t, idempotency_key=f"key-{t}") for t in ids],
+                       0.0, "b")
+    sched.submit_many([TaskSpec("k", task_id="child", depends_on=("parent", "waiting"))], 0.0)
+    for when, names in ((OLD, ("ok", "bad", "parent", "q", "gone")), (NEW, ("recent",))):
+        work = sched.claim("w", when, 9, exclude=frozenset(set(ids) - set(names)))
+        assert isinstance(work, Work) and {t.task_id for t in work.tasks} == set(names)
+        for task in work.tasks:
+            if task.task_id == "gone":
+                sched.cancel("gone", when)
+                continue
+            ok = task.task_id != "bad"
+            sched.complete(task, Outcome.success() if ok else Outcome.failure("bad_params"), when)
+    work = sched.claim("w", OLD, 1, exclude=frozenset(set(ids) - {"qchild"}))
+    sched.complete(work.tasks[0], Outcome.success(), OLD)  # q's child ended too: both may go
+    sched.claim("w", NEW, 1, exclude=frozenset(set(ids) - {"running"}))
+    return sched
+
+
+def _full(store, batch: str | None = None) -> dict[TaskStatus, int]:
+    seen = Counter(t.status for t in store.all_tasks() if batch is None or t.batch_id == batch)
+    return {s: seen.get(s, 0) for s in TaskStatus}
+
+
+@pytest.mark.parametrize("kind", list(ALL_STORES))
+def test_prune_removes_old_endings_only_and_keeps_counts_exact(kind, tmp_path) -> None:
+    with ALL_STORES[kind](tmp_path) as store:
+        sched = _store_with_history(store)
+        dry = prune(store, 5000.0, NOW, dry_run=True)
+        assert dry.removed == {S.SUCCESS: 3, S.FAILED: 1, S.CANCELED: 1}
+        assert len(store.all_tasks()) == 10  # a dry run deletes nothing
+        report = prune(store, 5000.0, NOW, chunk=2, pause_s=0.0)
+        assert (report.removed, report.chunks) == (dry.removed, 3)
+        left = {t.task_id: t.status for t in store.all_tasks()}
+        assert left == {"parent": S.SUCCESS, "recent": S.SUCCESS, "running": S.RUNNING,
+                        "waiting": S.PENDING, "child": S.PENDING}
+        assert store.counts() == _full(store) and store.counts("b") == _full(store, "b")
+        assert prune(store, 5000.0, NOW).total == 0  # nothing old is left
+        sched.complete(sched.claim("w", NOW, 1, exclude=frozenset({"child"})).tasks[0],
+                       Outcome.success(), NOW)  # the child still finds its parent's success
+        assert store.get("child").status is S.PENDING
+        again = sched.submit(TaskSpec("k", task_id="ok2", idempotency_key="key-ok"), NOW)
+        assert again.task_id == "ok2"  # a pruned task's key is free again
+
+
+@pytest.mark.parametrize("kind", list(ALL_STORES))
+def test_prune_by_status_and_batch(kind, tmp_path) -> None:
+    with ALL_STORES[kind](tmp_path) as store:
+        _store_with_history(store)
+        assert prune(store, 5000.0, NOW, statuses=(S.FAILED,)).removed == {S.FAILED: 1}
+        assert prune(store, 5000.0, NOW, batch_id="other").total == 0
+        assert prune(store, 5000.0, NOW, batch_id="b").removed == {S.SUCCESS: 3, S.CANCELED: 1}
+        assert store.counts("b") == _full(store, "b")
+        with pytest.raises(RetentionError):
+            prune(store, 5000.0, NOW, statuses=(S.PENDING,))
+
+
+def test_prune_command_and_ages(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path}/t.db"
+    from taskfuse.store import open_store
+
+    store = open_store(url)
+    _store_with_history(store)
+    store.close()
+    assert cli.main(["prune", "--store", url, "--older-than", "1d", "--dry-run"]) == 0
+    assert "would remove 6 ended task(s) older than 86400s: 4 SUCCESS, 1 FAILED, 1 CANCELED" \
+        in capsys.readouterr().out
+    assert cli.main(["prune", "--store", url, "--older-than", "1d", "--status",
+                     "canceled"]) == 0
+    assert "removed 1 ended task(s) older than 86400s: 1 CANCELED" in capsys.readouterr().out
+    assert cli.main(["prune", "--store", url, "--older-than", "soon"]) == 2
+    assert "'soon' is not a positive duration" in capsys.readouterr().err
+    assert [parse_age(a) for a in ("45", "30m", "12h", "7d", "1.5w")] == [
+        45.0, 1800.0, 43200.0, 604800.0, 907200.0]
+
+
+def test_the_sweeper_prunes_with_retention_s(tmp_path) -> None:
+    from taskfuse.runtime.sweeper import run_sweeper, sweeper_scheduler
+
+    with ALL_STORES["sqlite"](tmp_path) as store:
+        _store_with_history(store)
+        sched = sweeper_scheduler(store, lease_s=None)
+        run_sweeper(sched, once=True, clock=lambda: NOW)
+        assert len(store.all_tasks()) == 10  # no retention: every row stays
+        run_sweeper(sched, once=True, clock=lambda: NOW, retention_s=5000.0)
+        assert len(store.all_tasks()) == 5 and store.counts() == _full(store)
