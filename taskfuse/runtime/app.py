@@ -68,6 +68,7 @@ from taskfuse.limits.schema import BatchLimits, ClientLimits, Limits, PoolLimits
 from taskfuse.runtime.calls import CallClient
 from taskfuse.runtime.errors import RUNTIME_FATAL, RuntimeConfigError, UnknownKind
 from taskfuse.runtime.fleet import FleetLimits, build_fleet
+from taskfuse.runtime.ids import new_task_id
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import EXECUTORS, fn_reference
 from taskfuse.runtime.procworker import SERIALIZERS
@@ -485,11 +486,6 @@ def _check_executor(kind: str, executor: str, serializer: str | None) -> None:
     if serializer not in SERIALIZERS:
         raise RuntimeConfigError(f"kind {kind!r}: serializer must be one of "
                                  f"{', '.join(SERIALIZERS)}, got {serializer!r}")
-
-
-def new_task_id() -> str:
-    """A task id no other process will mint: 80 random bits as 20 hex digits."""
-    return secrets.token_hex(10)
 
 
 def describe_limits(limits: Limits) -> str:

@@ -33,6 +33,7 @@ from taskfuse.core.ticks import (
     tick_key,
 )
 from taskfuse.limits.schedules import ScheduleLimits, cron_in
+from taskfuse.runtime.ids import new_task_id
 
 log = logging.getLogger("taskfuse.runtime.schedules")
 
@@ -68,8 +69,6 @@ class Schedule:
         """The specs of the batch at `tick`, keyed for the store's dedupe, each with a task
         id of this process's own (unless the builder chose one): a submit answered with
         another id was another worker's."""
-        from taskfuse.runtime.app import new_task_id  # the app module imports this one
-
         at = datetime.fromtimestamp(tick, self.cron.tz)
         if self.builder is not None:
             specs = list(self.builder(at))
