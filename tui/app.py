@@ -46,6 +46,7 @@ from tui.messages import (
     TraceGrew,
 )
 from tui.model import PlayInfo, TraceModel, next_speed, seek_step, snap_speed
+from tui.quitting import INTERRUPTED, QUIT_BINDINGS, catch_sigint
 from tui.screens.base import MonitorScreen
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
@@ -86,12 +87,13 @@ class MonitorApp(App[int]):
         Binding("escape", "back", "back", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("T", "toggle_theme", "theme", show=False),
-        Binding("q", "quit_monitor", "quit"),
+        *QUIT_BINDINGS,
     ]
 
     def __init__(self, source: TraceSource, speed: float = 1.0, theme: str | None = None,
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, sigint: bool = False) -> None:
         super().__init__()
+        self.sigint = sigint  # SIGINT quits (the command's app; see tui.quitting)
         self.source = source
         self.model = TraceModel(source.header)
         self.speed = snap_speed(speed)
@@ -116,6 +118,8 @@ class MonitorApp(App[int]):
     # -- lifecycle ------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        if self.sigint:
+            catch_sigint(self)
         self.theme = self._theme_name
         self.install_screen(DashboardScreen(self.model), "dashboard")
         self.install_screen(TasksScreen(self.model), "tasks")
@@ -365,6 +369,9 @@ class MonitorApp(App[int]):
     def action_quit_monitor(self) -> None:
         self.exit(0)
 
+    def action_interrupt(self) -> None:
+        self.exit(INTERRUPTED)
+
     # -- messages from screens ------------------------------------------------------------
 
     @on(SearchChanged)
@@ -431,12 +438,13 @@ def create_app(
     theme: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     poll_s: float = POLL_S,
+    sigint: bool = False,
 ) -> MonitorApp:
     """Open the trace and build the app; raises TraceError or ValueError (a bad theme)."""
     if theme is not None and theme not in THEMES and theme not in _known_themes():
         raise ValueError(f"unknown theme {theme!r} (use light, dark or a Textual theme name)")
     source = TraceSource.open(path, follow=follow, clock=clock)
-    return MonitorApp(source, speed=speed, theme=theme, poll_s=poll_s)
+    return MonitorApp(source, speed=speed, theme=theme, poll_s=poll_s, sigint=sigint)
 
 
 def _known_themes() -> set[str]:
@@ -450,7 +458,7 @@ def run_watch(
 ) -> int:
     """Run the monitor on `path`; 0 on a normal quit, 2 (one line on stderr) on a bad trace."""
     try:
-        app = create_app(path, follow=follow, speed=speed, theme=theme)
+        app = create_app(path, follow=follow, speed=speed, theme=theme, sigint=True)
     except (TraceError, ValueError) as exc:
         print(f"watch: {exc}", file=sys.stderr)
         return 2
@@ -463,7 +471,7 @@ def run_fleet(url: str, poll_s: float = 1.0, theme: str | None = None) -> int:
     from tui.fleet_app import FleetOpenError, open_fleet
 
     try:
-        app = open_fleet(url, poll_s=poll_s, theme=theme)
+        app = open_fleet(url, poll_s=poll_s, theme=theme, sigint=True)
     except FleetOpenError as exc:
         print(f"watch: {exc}", file=sys.stderr)
         return 2

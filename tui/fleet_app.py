@@ -33,6 +33,7 @@ from tui.fleet import (
 )
 from tui.messages import CommandEntered, TaskChosen
 from tui.poller import Poller
+from tui.quitting import INTERRUPTED, QUIT_BINDINGS, catch_sigint
 from tui.screens.fleet import FleetBase, FleetScreen
 from tui.screens.fleet_task import FleetTaskScreen
 from tui.screens.fleet_workers import FleetWorkersScreen
@@ -96,13 +97,14 @@ class FleetApp(App[int]):
         Binding("escape", "back", "back", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("T", "toggle_theme", "theme", show=False),
-        Binding("q", "quit_monitor", "quit"),
+        *QUIT_BINDINGS,
     ]
 
     def __init__(self, store: FleetReads, url: str, poll_s: float = POLL_S,
                  clock: Callable[[], float] = time.time, theme: str = "textual-dark",
-                 slow_poll_s: float = SLOW_POLL_S) -> None:
+                 slow_poll_s: float = SLOW_POLL_S, sigint: bool = False) -> None:
         super().__init__()
+        self.sigint = sigint  # SIGINT quits (the command's app; see tui.quitting)
         self.store = store
         self.url = url
         self.shown_url = redact_url(url)
@@ -122,6 +124,8 @@ class FleetApp(App[int]):
         self._last_slow: float | None = None
 
     def on_mount(self) -> None:
+        if self.sigint:
+            catch_sigint(self)
         self.theme = self._theme_name
         self.sub_title = self.shown_url
         self.install_screen(FleetScreen(self.model), "board")
@@ -283,13 +287,16 @@ class FleetApp(App[int]):
     def action_quit_monitor(self) -> None:
         self.exit(0)
 
+    def action_interrupt(self) -> None:
+        self.exit(INTERRUPTED)
+
 
 class FleetOpenError(Exception):
     """The store of `--store URL` cannot be watched; the message names it redacted."""
 
 
 def open_fleet(url: str, poll_s: float = POLL_S, theme: str | None = None,
-               clock: Callable[[], float] = time.time) -> FleetApp:
+               clock: Callable[[], float] = time.time, sigint: bool = False) -> FleetApp:
     """Open the store read-only and build the app; raises FleetOpenError (never with
     credentials).
 
@@ -314,4 +321,4 @@ def open_fleet(url: str, poll_s: float = POLL_S, theme: str | None = None,
         raise FleetOpenError(scrub(exc, url)) from None
     themes = {"dark": "textual-dark", "light": "textual-light"}
     return FleetApp(store, url, poll_s=poll_s, clock=clock,  # type: ignore[arg-type]
-                    theme=themes.get(theme or "dark", theme or "textual-dark"))
+                    theme=themes.get(theme or "dark", theme or "textual-dark"), sigint=sigint)
