@@ -58,6 +58,11 @@ class FleetBase(Screen[None]):
             self.query_one(FleetBar).status = status
             self.show_body()
 
+    def show_status(self, status: FleetStatus) -> None:
+        """Only the status line (a poll that changed nothing else)."""
+        if self.is_mounted:
+            self.query_one(FleetBar).status = status
+
     def show_body(self) -> None:
         """Push the model's latest poll into this screen's own widgets."""
 
