@@ -31,7 +31,7 @@ MONITOR_KEYS: tuple[Keys, Keys] = (
     (("views", (("d t", "dashboard / tasks"), ("enter", "a task's history"),
                 ("esc", "back, clear search"))),
      ("task table", (("/", "search task, trace ids"), ("0-6 s", "filter by state"),
-                     ("↑↓ pgup pgdn", "scroll all tasks"), ("g G", "first / last task"))),
+                     ("↑↓ jk pgup pgdn", "scroll all tasks"), ("g G", "first / last task"))),
      ("app", (("T", "light / dark theme"), ("?", "this help"), *QUIT_HELP))),
 )
 #: The fleet view's keys.
