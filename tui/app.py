@@ -37,7 +37,7 @@ from textual.worker import get_current_worker
 
 from taskfuse.trace import TraceError
 from tui.commands import parse_command
-from tui.fmt import fmt_count, fmt_pct
+from tui.fmt import fmt_many, fmt_pct
 from tui.messages import (
     CommandEntered,
     EventsDecoded,
@@ -443,7 +443,7 @@ class MonitorApp(App[int]):
         if len(found.codes):
             await self.action_view("tasks")
             self.tasks_screen.query_text = query
-            self.notify(f"{fmt_count(len(found.codes))} tasks match {query!r}: "
+            self.notify(f"{fmt_many(len(found.codes), 'task')} match {query!r}: "
                         "enter opens the highlighted one", timeout=4)
             return
         loading = "" if self.model.events_loaded else \

@@ -43,6 +43,12 @@ def fmt_count(n: int) -> str:
     return f"{n:,}"
 
 
+def fmt_many(n: int, word: str) -> str:
+    """`1 task`, `2 tasks`, `1,200 processes`: a count and its noun, plural-correct."""
+    plural = word + ("es" if word.endswith(("s", "sh", "ch", "x")) else "s")
+    return f"{fmt_count(n)} {word if n == 1 else plural}"
+
+
 def fmt_s(x: float | None) -> str:
     """Seconds, short: 30s, 2.5s, 120ms."""
     if x is None or math.isnan(x):

@@ -99,6 +99,7 @@ class FleetScreen(FleetBase):
 
     def on_mount(self) -> None:
         self.query_one(OverviewPanel).border_title = "queue · running (10 min)"
+        self.query_one(BatchPanel).empty_text = "no batches in this store"
 
     def on_resize(self) -> None:
         self.query_one(BatchPanel).max_lines = max(2, (self.size.height - 12) // 3)

@@ -31,13 +31,15 @@ class BatchPanel(Panel):
     """
     rows: reactive[tuple[BatchRow, ...]] = reactive((), layout=True)
     max_lines: reactive[int] = reactive(0, layout=True)  # 0: as many as there are batches
+    #: What an empty panel says (the fleet view reads a store, not a trace).
+    empty_text = "no batches in this trace"
 
     def on_mount(self) -> None:
         self.border_title = "batches"
 
     def render(self) -> Text:
         if not self.rows:
-            return Text("no batches in this trace", tone(self, "tf--dim"))
+            return Text(self.empty_text, tone(self, "tf--dim"))
         width = max(1, self.content_size.width)
         shown, rest = self._pick()
         name_w = max(len(b.batch_id) for b in shown)
