@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from tui.fmt import fmt_t
+from tui.fmt import fmt_t, safe_text
 from tui.messages import PageMove, TaskChosen
 from tui.taskindex import TaskRow
 from tui.widgets.styling import COMPONENTS, STATE_TONE, tone
@@ -77,8 +77,9 @@ class TaskTable(DataTable[object]):
 
     def cells(self, r: TaskRow) -> tuple[object, ...]:
         state = Text(r.state, tone(self, STATE_TONE.get(r.state, "tf--dim")))
-        return (r.task_id, state, fmt_t(r.since), "" if r.attempt is None else str(r.attempt),
-                r.batch_id or "", r.trace_id or "", r.worker or "", r.reason or "")
+        return (safe_text(r.task_id), state, fmt_t(r.since),
+                "" if r.attempt is None else str(r.attempt), safe_text(r.batch_id),
+                safe_text(r.trace_id), safe_text(r.worker), safe_text(r.reason))
 
     @property
     def highlighted_task(self) -> str | None:
