@@ -161,7 +161,7 @@ class FleetApp(App[int]):
         """Start a poll unless one is still running (a slow store must not pile them up).
         `slow` asks the slow questions too (by default every `slow_poll_s`)."""
         self._sync_status()
-        if self._busy:
+        if self._busy or not self.screen_stack:  # still polling, or closing
             return
         now = self.clock()
         if slow is None:
