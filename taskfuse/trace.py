@@ -15,7 +15,8 @@ Frame types:
   "scenario": ..., "seed": ..., "series": [names...], "sample_interval_s": ...,
   "meta": {...}}``. `series` lists the timeline's series in column order.
 * ``S`` samples: ``{"t": [...], "v": [[...], ...]}`` — one row per sample time, one column per
-  series of the header (nulls allowed). Appended as the run goes.
+  series of the header (nulls allowed). Appended as the run goes: before every event frame,
+  the samples taken so far.
 * ``E`` events: ``{"c": [[...] * 12]}`` — columns in `Event` field order (t, kind, task_id,
   batch_id, trace_id, src, dst, reason, attempt, worker, subject, value).
 * ``F`` footer (last frame, once the run ended): ``{"report": {...}}``, the run's report.
@@ -182,6 +183,11 @@ class TraceWriter:
             self._flush_samples()
 
     def _flush_events(self) -> None:
+        """Write the buffered events, after the samples taken so far: the timeline keeps in
+        step with the events, so a trace cut anywhere (a run still going, or killed) replays
+        with a dashboard. Samples used to wait for their own, rarer frame: a simulation
+        wrote them all near its end."""
+        self._flush_samples()
         if self._events:
             for frame in _pack_rows(EVENTS, self._events, _event_frame):
                 self._fh.write(frame)
@@ -473,7 +479,9 @@ def _open(path: str | os.PathLike[str]) -> tuple[IO[bytes], Path]:
         raise TraceError(f"{p}: cannot read trace: {exc.strerror}") from None
     if magic != MAGIC:
         fh.close()
-        raise TraceError(f"{p}: not a taskfuse trace (expected it to start with {MAGIC!r})")
+        what = "an empty file" if not magic else "not a taskfuse trace"
+        raise TraceError(f"{p}: {what} (a trace starts with the line "
+                         f"{MAGIC.decode().strip()!r})")
     return fh, p
 
 

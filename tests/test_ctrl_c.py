@@ -196,3 +196,80 @@ def test_sweeper_stops_with_130(db: str) -> None:
     wait_for(proc, lambda err: "sweeper started" in err)
     code, err, _ = interrupt(proc)
     assert code == 130, err
+
+
+def start_in_terminal(args: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    """A monitor command in a pseudo-terminal of 80x24 (it needs one), SIGINT ignored."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm-256color",
+           "COLUMNS": "80", "LINES": "24"}
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=env, stdin=slave,
+                            stdout=slave, stderr=slave, preexec_fn=_ignoring_sigint)
+    os.close(slave)
+    return proc, master
+
+
+def drawn(master: int, text: bytes) -> None:
+    """Read the terminal until the monitor drew `text` (its first screen)."""
+    seen, end = b"", time.monotonic() + WAIT_S
+    while text not in seen:
+        assert time.monotonic() < end, f"never drew {text!r}: {seen[-400:]!r}"
+        if select.select([master], [], [], 0.1)[0]:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:  # the terminal closed: the command ended
+                break
+    assert text in seen, seen[-400:]
+
+
+def interrupt_monitor(proc: subprocess.Popen[bytes], master: int) -> int:
+    proc.send_signal(signal.SIGINT)
+    end = time.monotonic() + WAIT_S
+    while proc.poll() is None and time.monotonic() < end:  # keep the terminal drained
+        if select.select([master], [], [], 0.1)[0]:
+            try:
+                os.read(master, 65536)
+            except OSError:
+                break
+    try:
+        return proc.wait(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+@pytest.fixture
+def followed(tmp_path: Path) -> Path:
+    from tests.tui.tracegen import write_incident_trace
+
+    path = tmp_path / "run.trace"
+    write_incident_trace(path, 300, complete=False)
+    return path
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_watch_ends_on_sigint_with_130(followed: Path, follow: bool) -> None:
+    proc, master = start_in_terminal(
+        ["lab.cli", "watch", *(["--follow"] if follow else []), str(followed)])
+    drawn(master, b"queue")
+    assert interrupt_monitor(proc, master) == 130
+
+
+def test_watch_store_ends_on_sigint_with_130(db: str) -> None:
+    from taskfuse.store import open_store
+
+    open_store(db).close()
+    proc, master = start_in_terminal(["lab.cli", "watch", "--store", db])
+    drawn(master, b"state")
+    assert interrupt_monitor(proc, master) == 130
+
+
+def test_simulate_watch_ends_on_sigint_with_130(scenario: Path) -> None:
+    proc, master = start_in_terminal(["lab.cli", "simulate", str(scenario), "--watch",
+                                      "--no-trace"])
+    drawn(master, b"queue")
+    assert interrupt_monitor(proc, master) == 130

@@ -10,13 +10,17 @@ build the app the same way. The app's jobs are few and kept here on purpose:
 * loading — a worker thread decodes the trace's event frames and only ever posts messages;
   the handlers below apply them to the model on the UI thread. Following checks the file
   with one `stat` per tick and reads only when it changed; while nothing changes the ticks
-  back off to `POLL_MAX_S`, so an idle follow costs next to nothing;
+  back off to `POLL_MAX_S`, so an idle follow costs next to nothing. A file that grows by
+  nothing but repeats of its latest sample (an idle real worker samples every second) counts
+  as unchanged: the ticks keep backing off (to `QUIET_POLL_MAX_S`), only the time bar
+  moves, and the panels are redrawn at most every `QUIET_REDRAW_S`;
 * navigation — k9s/htop keys: `?` help, `/` search, `:` jump, esc back, q quit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -33,7 +37,7 @@ from textual.worker import get_current_worker
 
 from taskfuse.trace import TraceError
 from tui.commands import parse_command
-from tui.fmt import fmt_count, fmt_pct
+from tui.fmt import fmt_many, fmt_pct
 from tui.messages import (
     CommandEntered,
     EventsDecoded,
@@ -45,7 +49,8 @@ from tui.messages import (
     TaskChosen,
     TraceGrew,
 )
-from tui.model import PlayInfo, TraceModel, next_speed, seek_step, snap_speed
+from tui.model import PlayInfo, TraceModel, check_speed, next_speed, seek_step, snap_speed
+from tui.quitting import INTERRUPTED, QUIT_BINDINGS, catch_sigint
 from tui.screens.base import MonitorScreen
 from tui.screens.dashboard import DashboardScreen
 from tui.screens.help import HelpScreen
@@ -59,6 +64,12 @@ FRAME_S = 0.1
 POLL_S = 0.25
 #: ... and at most how rarely while it does not (each idle check waits 1.5x longer).
 POLL_MAX_S = 2.0
+#: ... or this, while the file grows by repeats of its latest sample only (the time bar of an
+#: idle worker's run moves in such steps; reading each second's repeat cost 1.5 % of a core).
+QUIET_POLL_MAX_S = 5.0
+#: While a followed run only repeats its latest sample, panels are redrawn at most this often
+#: (wall seconds; about one chart column at 80 columns on a run of ten minutes).
+QUIET_REDRAW_S = 15.0
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 _PLAYBACK = {"toggle_play", "speed", "step", "home", "end"}
 
@@ -86,12 +97,13 @@ class MonitorApp(App[int]):
         Binding("escape", "back", "back", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("T", "toggle_theme", "theme", show=False),
-        Binding("q", "quit_monitor", "quit"),
+        *QUIT_BINDINGS,
     ]
 
     def __init__(self, source: TraceSource, speed: float = 1.0, theme: str | None = None,
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, sigint: bool = False) -> None:
         super().__init__()
+        self.sigint = sigint  # SIGINT quits (the command's app; see tui.quitting)
         self.source = source
         self.model = TraceModel(source.header)
         self.speed = snap_speed(speed)
@@ -105,6 +117,8 @@ class MonitorApp(App[int]):
         self._theme_name = THEMES.get(theme or "dark", theme or "textual-dark")
         self._frame_timer: Timer | None = None
         self._poll_delay = poll_s
+        self._quiet = False  # the latest read only repeated the latest sample
+        self._drawn_at = -math.inf  # when the panels were last redrawn for a read (wall s)
         self._busy = False
         self._idle = asyncio.Event()
         first = source.first
@@ -116,6 +130,8 @@ class MonitorApp(App[int]):
     # -- lifecycle ------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        if self.sigint:
+            catch_sigint(self)
         self.theme = self._theme_name
         self.install_screen(DashboardScreen(self.model), "dashboard")
         self.install_screen(TasksScreen(self.model), "tasks")
@@ -168,8 +184,9 @@ class MonitorApp(App[int]):
 
     def _poll_tick(self) -> None:
         """The follow timer: read when the file changed, else back off (see module doc)."""
-        changed = self.poll_now()
-        self._poll_delay = self.poll_s if changed else min(self._poll_delay * 1.5, POLL_MAX_S)
+        changed = self.poll_now() and not self._quiet
+        slowest = QUIET_POLL_MAX_S if self._quiet else POLL_MAX_S
+        self._poll_delay = self.poll_s if changed else min(self._poll_delay * 1.5, slowest)
         if not self.source.complete and self.error is None:
             self.set_timer(self._poll_delay, self._poll_tick)
 
@@ -199,16 +216,29 @@ class MonitorApp(App[int]):
             self.model.finish(delta.report)
 
     def on_trace_grew(self, message: TraceGrew) -> None:
+        delta = message.delta
         self.stalled_for = None
-        self._apply_delta_data(message.delta)
+        self._quiet = (not delta.new_event_frames and not delta.complete
+                       and self.model.timeline.repeats(delta.rows))
+        self._apply_delta_data(delta)
+        if not self._quiet:
+            self._poll_delay = self.poll_s  # the run moves: check often again
         if self.live:
             self.t = self.model.span[1]
+        now = self.source.clock()
+        if self._quiet and now - self._drawn_at < QUIET_REDRAW_S:
+            self._sync_bar()  # nothing a panel shows changed: only the time moved
+            return
+        self._drawn_at = now
         self._sync()
 
     def on_pump_finished(self, message: PumpFinished) -> None:
         self._busy = False
         self._idle.set()
-        self._sync()
+        if self._quiet:
+            self._sync_bar()
+        else:
+            self._sync()
 
     def on_events_decoded(self, message: EventsDecoded) -> None:
         self.model.add_events(message.chunk, message.pending, message.pending_bytes)
@@ -365,6 +395,9 @@ class MonitorApp(App[int]):
     def action_quit_monitor(self) -> None:
         self.exit(0)
 
+    def action_interrupt(self) -> None:
+        self.exit(INTERRUPTED)
+
     # -- messages from screens ------------------------------------------------------------
 
     @on(SearchChanged)
@@ -410,7 +443,7 @@ class MonitorApp(App[int]):
         if len(found.codes):
             await self.action_view("tasks")
             self.tasks_screen.query_text = query
-            self.notify(f"{fmt_count(len(found.codes))} tasks match {query!r}: "
+            self.notify(f"{fmt_many(len(found.codes), 'task')} match {query!r}: "
                         "enter opens the highlighted one", timeout=4)
             return
         loading = "" if self.model.events_loaded else \
@@ -431,12 +464,15 @@ def create_app(
     theme: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     poll_s: float = POLL_S,
+    sigint: bool = False,
 ) -> MonitorApp:
-    """Open the trace and build the app; raises TraceError or ValueError (a bad theme)."""
+    """Open the trace and build the app; raises TraceError or ValueError (a bad speed or
+    theme)."""
+    check_speed(speed)
     if theme is not None and theme not in THEMES and theme not in _known_themes():
         raise ValueError(f"unknown theme {theme!r} (use light, dark or a Textual theme name)")
     source = TraceSource.open(path, follow=follow, clock=clock)
-    return MonitorApp(source, speed=speed, theme=theme, poll_s=poll_s)
+    return MonitorApp(source, speed=speed, theme=theme, poll_s=poll_s, sigint=sigint)
 
 
 def _known_themes() -> set[str]:
@@ -450,9 +486,9 @@ def run_watch(
 ) -> int:
     """Run the monitor on `path`; 0 on a normal quit, 2 (one line on stderr) on a bad trace."""
     try:
-        app = create_app(path, follow=follow, speed=speed, theme=theme)
+        app = create_app(path, follow=follow, speed=speed, theme=theme, sigint=True)
     except (TraceError, ValueError) as exc:
-        print(f"watch: {exc}", file=sys.stderr)
+        print(f"lab: {exc}", file=sys.stderr)
         return 2
     result = app.run()
     return 0 if result is None else int(result)
@@ -463,9 +499,9 @@ def run_fleet(url: str, poll_s: float = 1.0, theme: str | None = None) -> int:
     from tui.fleet_app import FleetOpenError, open_fleet
 
     try:
-        app = open_fleet(url, poll_s=poll_s, theme=theme)
+        app = open_fleet(url, poll_s=poll_s, theme=theme, sigint=True)
     except FleetOpenError as exc:
-        print(f"watch: {exc}", file=sys.stderr)
+        print(f"lab: {exc}", file=sys.stderr)
         return 2
     try:
         result = app.run()

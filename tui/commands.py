@@ -56,19 +56,23 @@ def parse_time(s: str, now: float, span: tuple[float, float]) -> float | None:
     s = s.strip().replace(" ", "")
     if not s:
         return None
-    if s.endswith("%"):
+    if s.endswith("%"):  # a share of the run: 0-100 (500% used to land on the end unsaid)
         try:
-            return span[0] + (span[1] - span[0]) * float(s[:-1]) / 100.0
+            share = float(s[:-1])
         except ValueError:
             return None
+        return span[0] + (span[1] - span[0]) * share / 100.0 if 0 <= share <= 100 else None
     rel = s[0] in "+-"
     body = s[1:] if rel else s
     unit = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(body[-1:])
     try:
         if unit is not None:
             secs = float(body[:-1]) * unit
-        elif m := _CLOCK.match(body):
-            secs = int(m.group(1) or 0) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+        elif m := _CLOCK.match(body):  # minutes and seconds below 60 (99:99 is no time)
+            minutes, seconds = int(m.group(2)), float(m.group(3))
+            if (m.group(1) is not None and minutes >= 60) or seconds >= 60:
+                return None
+            secs = int(m.group(1) or 0) * 3600 + minutes * 60 + seconds
         else:
             secs = float(body)
     except ValueError:

@@ -106,6 +106,20 @@ class FleetSample:
     workers: tuple[WorkerRow, ...] | None = None
 
 
+def idle_repeat(prev: FleetSample | None, sample: FleetSample) -> bool:
+    """Does `sample` show nothing `prev` did not, with nothing running? Heartbeats aside: an
+    idle worker beats every few seconds, and its beat's age is the only thing that moves."""
+    if prev is None or sample.running:
+        return False
+
+    def view(s: FleetSample) -> FleetSample:
+        workers = None if s.workers is None else tuple(
+            replace(w, heartbeat=None, last_seen=None) for w in s.workers)
+        return replace(s, t=0.0, workers=workers)
+
+    return view(prev) == view(sample)
+
+
 def _by_name(counts: Mapping[TaskStatus, int]) -> dict[str, int]:
     return {TaskStatus(s).value: int(n) for s, n in counts.items()}
 

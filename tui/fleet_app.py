@@ -10,6 +10,7 @@ watcher never creates, migrates or writes what it watches.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,10 +29,12 @@ from tui.fleet import (
     FleetReads,
     FleetSample,
     Watched,
+    idle_repeat,
     poll_store,
 )
 from tui.messages import CommandEntered, TaskChosen
 from tui.poller import Poller
+from tui.quitting import INTERRUPTED, QUIT_BINDINGS, catch_sigint
 from tui.screens.fleet import FleetBase, FleetScreen
 from tui.screens.fleet_task import FleetTaskScreen
 from tui.screens.fleet_workers import FleetWorkersScreen
@@ -41,8 +44,12 @@ from tui.widgets.fleet import FleetStatus
 if TYPE_CHECKING:
     from taskfuse.core.task import Task
 
-#: How often the store is polled (wall seconds).
+#: How often the store is polled (wall seconds) while it changes ...
 POLL_S = 1.0
+#: ... and at most how rarely while polls find nothing new (each such poll waits 1.5x longer).
+POLL_MAX_S = 4.0
+#: While polls find nothing new, the board is redrawn at most this often (wall seconds).
+QUIET_REDRAW_S = 15.0
 VIEWS = {"b": "board", "board": "board", "dash": "board", "d": "board",
          "w": "workers", "workers": "workers", "help": "help", "h": "help", "?": "help"}
 
@@ -95,13 +102,14 @@ class FleetApp(App[int]):
         Binding("escape", "back", "back", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("T", "toggle_theme", "theme", show=False),
-        Binding("q", "quit_monitor", "quit"),
+        *QUIT_BINDINGS,
     ]
 
     def __init__(self, store: FleetReads, url: str, poll_s: float = POLL_S,
                  clock: Callable[[], float] = time.time, theme: str = "textual-dark",
-                 slow_poll_s: float = SLOW_POLL_S) -> None:
+                 slow_poll_s: float = SLOW_POLL_S, sigint: bool = False) -> None:
         super().__init__()
+        self.sigint = sigint  # SIGINT quits (the command's app; see tui.quitting)
         self.store = store
         self.url = url
         self.shown_url = redact_url(url)
@@ -119,15 +127,29 @@ class FleetApp(App[int]):
         self._poller = Poller("taskfuse-fleet-poll")
         self._batches = BatchMemory()
         self._last_slow: float | None = None
+        self._poll_delay = poll_s
+        self._quiet = False  # the latest poll found nothing new (`idle_repeat`)
+        self._drawn_at = -math.inf  # when the board was last redrawn for a poll (monotonic)
+        self._force_draw = False
 
     def on_mount(self) -> None:
+        if self.sigint:
+            catch_sigint(self)
         self.theme = self._theme_name
         self.sub_title = self.shown_url
         self.install_screen(FleetScreen(self.model), "board")
         self.install_screen(FleetWorkersScreen(self.model), "workers")
         self.push_screen("board")
-        self.set_interval(self.poll_s, self.poll_now)
         self.poll_now()
+        self.set_timer(self.poll_s, self._poll_tick)
+
+    def _poll_tick(self) -> None:
+        """The poll timer: at `poll_s` while the store changes, backing off to POLL_MAX_S
+        while polls find nothing new (an idle store then costs next to nothing)."""
+        self.poll_now()
+        slowest = max(self.poll_s, POLL_MAX_S)
+        self._poll_delay = min(self._poll_delay * 1.5, slowest) if self._quiet else self.poll_s
+        self.set_timer(self._poll_delay, self._poll_tick)
 
     def on_unmount(self) -> None:
         self._poller.close()
@@ -137,8 +159,8 @@ class FleetApp(App[int]):
     def poll_now(self, slow: bool | None = None) -> None:
         """Start a poll unless one is still running (a slow store must not pile them up).
         `slow` asks the slow questions too (by default every `slow_poll_s`)."""
-        self._sync()
-        if self._busy:
+        self._sync_status()
+        if self._busy or not self.screen_stack:  # still polling, or closing
             return
         now = self.clock()
         if slow is None:
@@ -184,12 +206,21 @@ class FleetApp(App[int]):
         self.post_message(TasksFound(query, tasks, self.clock()))
 
     def on_fleet_polled(self, message: FleetPolled) -> None:
+        self._quiet = idle_repeat(self.model.latest, message.sample) and self.error is None
         self.model.add(message.sample)
         self.polls += 1
         self.error = None
         screen = self.screen
         if message.watched is not None and isinstance(screen, FleetTaskScreen):
             screen.watched.update(message.watched, message.sample.t)
+            self._quiet = False
+        now = time.monotonic()
+        if self._quiet and not self._force_draw and now - self._drawn_at < QUIET_REDRAW_S:
+            self._busy = False
+            self._sync_status()  # nothing the board shows changed but the poll's time
+            self._answered()
+            return
+        self._drawn_at, self._force_draw = now, False
         self._done()
 
     def on_fleet_poll_failed(self, message: FleetPollFailed) -> None:
@@ -214,6 +245,11 @@ class FleetApp(App[int]):
         screen = self.screen if self.screen_stack else None
         if isinstance(screen, FleetBase):
             screen.show(self.status())
+
+    def _sync_status(self) -> None:
+        screen = self.screen if self.screen_stack else None
+        if isinstance(screen, FleetBase):
+            screen.show_status(self.status())
 
     # -- lookups, views and keys -----------------------------------------------------------
 
@@ -251,6 +287,7 @@ class FleetApp(App[int]):
             self.screen.open_prompt(mode)
 
     def action_poll(self) -> None:
+        self._force_draw = True  # asked for: redraw whatever the answer
         self.poll_now(slow=True)
 
     async def action_view(self, name: str) -> None:
@@ -282,13 +319,16 @@ class FleetApp(App[int]):
     def action_quit_monitor(self) -> None:
         self.exit(0)
 
+    def action_interrupt(self) -> None:
+        self.exit(INTERRUPTED)
+
 
 class FleetOpenError(Exception):
     """The store of `--store URL` cannot be watched; the message names it redacted."""
 
 
 def open_fleet(url: str, poll_s: float = POLL_S, theme: str | None = None,
-               clock: Callable[[], float] = time.time) -> FleetApp:
+               clock: Callable[[], float] = time.time, sigint: bool = False) -> FleetApp:
     """Open the store read-only and build the app; raises FleetOpenError (never with
     credentials).
 
@@ -316,4 +356,4 @@ def open_fleet(url: str, poll_s: float = POLL_S, theme: str | None = None,
         raise FleetOpenError(scrub(exc, url)) from None
     themes = {"dark": "textual-dark", "light": "textual-light"}
     return FleetApp(store, url, poll_s=poll_s, clock=clock,  # type: ignore[arg-type]
-                    theme=themes.get(theme or "dark", theme or "textual-dark"))
+                    theme=themes.get(theme or "dark", theme or "textual-dark"), sigint=sigint)

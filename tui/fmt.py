@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from rich.text import Text
+
 DASH = "–"
 
 
@@ -41,6 +43,23 @@ def fmt_num(x: float | None, digits: int = 0) -> str:
 def fmt_count(n: int) -> str:
     """An exact count with thousands separators (1,000,000): for headers with room."""
     return f"{n:,}"
+
+
+#: Control characters (C0, DEL, C1) shown as their escape instead of sent to the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def safe_text(name: str | None) -> Text:
+    """A name from a run (task id, kind, batch id, worker, reason) as the terminal may show
+    it: never Rich markup (`[red]` stays text) and never an escape sequence (ESC shows as
+    the four characters `\x1b`): names come from whoever submitted the tasks."""
+    return Text((name or "").translate(_CONTROLS))
+
+
+def fmt_many(n: int, word: str) -> str:
+    """`1 task`, `2 tasks`, `1,200 processes`: a count and its noun, plural-correct."""
+    plural = word + ("es" if word.endswith(("s", "sh", "ch", "x")) else "s")
+    return f"{fmt_count(n)} {word if n == 1 else plural}"
 
 
 def fmt_s(x: float | None) -> str:

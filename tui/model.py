@@ -72,6 +72,14 @@ class Timeline:
         self._v[self.n : need] = rows
         self.n = need
 
+    def repeats(self, rows: np.ndarray) -> bool:
+        """Do `rows` all equal the latest sample (NaN equal to NaN)? A run that idles keeps
+        writing such rows (a real worker samples every second)."""
+        if not self.n or not len(rows):
+            return False
+        return bool(np.array_equal(rows, np.broadcast_to(self._v[self.n - 1], rows.shape),
+                                   equal_nan=True))
+
     def index_at(self, t: float) -> int:
         """Index of the sample in force at `t` (the last one at or before it), -1 if none."""
         return int(np.searchsorted(self.times, t, "right")) - 1
@@ -544,7 +552,18 @@ def next_speed(speed: float, up: bool) -> float:
 
 
 def snap_speed(speed: float) -> float:
+    """The ladder's speed nearest to `speed` (one of x0.25 .. x1000; see `check_speed`)."""
     return min(SPEEDS, key=lambda s: abs(math.log(s) - math.log(max(speed, 1e-9))))
+
+
+def check_speed(speed: float) -> float:
+    """A `--speed` the ladder holds, snapped to its nearest step; ValueError (one line)
+    otherwise: -5, 0, nan and 1e9 used to become x0.25 or x1000 without a word."""
+    lo, hi = SPEEDS[0], SPEEDS[-1]
+    if not (math.isfinite(speed) and lo <= speed <= hi):
+        raise ValueError(f"--speed {speed!r} is out of range: expected a replay speed from "
+                         f"{lo:g} to {hi:g} (x{lo:g} .. x{hi:g})")
+    return snap_speed(speed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,11 @@ class TraceSource:
         return length
 
     @property
+    def read_upto(self) -> int:
+        """The byte offset up to which complete frames have been read."""
+        return self._offset
+
+    @property
     def pending_frames(self) -> int:
         return len(self._pending)
 

@@ -17,7 +17,17 @@ worker runs with (`limits`: the App's limits as a limits file holds them, every 
 this process's thread count) and the limits file they were read from (`limits_file`), so
 `lab fit` of a worker's trace writes back the file it ran with. Batches are not series here (they
 appear as tasks are submitted, after the header is written); every SUBMIT and MOVE event
-carries its batch_id, and the monitor counts batches from those. The source's alert rules
+carries its batch_id, and the monitor counts batches from those.
+
+Every task in the trace starts with a SUBMIT, also one this process did not submit (the
+usual case: `taskfuse submit` runs in another process). Without it a reader counting by
+events saw a claim of a task it never saw enter, and PENDING went below zero. Two places
+write such a SUBMIT, both once per task: the event sink, before the first event of a task it
+has not seen (a claim right after the submit, before any sample), and the sampler, for
+PENDING tasks in the store whenever the store's total moved (the queue of tasks not yet
+claimed). Its time is the task's `created_at` when that keeps the events in order, else the
+latest time written (the queued time a reader shows is then short by at most one interval).
+Tasks that ended before this process started are not in the trace. The source's alert rules
 (DESIGN.md, "Observability") are evaluated at every sample on the store's counts and the
 durations of the tasks this process finished; their changes are ALERT events in the trace.
 """
@@ -44,6 +54,7 @@ log = logging.getLogger("taskfuse.runtime.trace")
 _DONE = [s for s in TaskStatus if s in TERMINAL]
 _DS_SERIES = ("in_flight", "limit", "rps", "r429", "errors", "breaker", "reopen_in", "tokens")
 _HTTP_429 = "http_429"
+_STATE_KINDS = (EventKind.SUBMIT, EventKind.MOVE)
 
 
 def series_names(downstreams: list[str]) -> list[str]:
@@ -97,6 +108,10 @@ class RuntimeTrace:
         self._last_calls = dict(self._calls)
         self._last_done = 0
         self._last_t = 0.0
+        self._seen: set[str] = set()  # tasks in flight with a SUBMIT in the trace (self._lock)
+        self._ended: set[str] = set()  # tasks that ended since the last sample (self._lock)
+        self._latest_t = 0.0  # the latest event time written (under self._lock)
+        self._store_total = 0  # the store's task count when its PENDING tasks were last read
         self._stop = threading.Event()
         self.metrics = MetricsAggregator()
         self.alerts = AlertEvaluator(rules if rules is not None else _rules(runner),
@@ -113,9 +128,51 @@ class RuntimeTrace:
                 self._r429[event.subject] += 1
             elif event.reason != "ok":
                 self._errors[event.subject] += 1
+        event = event._replace(t=event.t - self.t0)
         with self._lock:
             if not self._writer.closed:
-                self._writer.event(compact(event._replace(t=event.t - self.t0)))
+                if event.kind in _STATE_KINDS:
+                    self._enter(event)
+                self._write(event)
+
+    def _enter(self, event: Event) -> None:
+        """Keep `_seen` for a SUBMIT or MOVE (self._lock held): write the SUBMIT a task's
+        first move implies, and forget a task once it ended (no move follows a terminal
+        state, so a long run's set holds only the tasks in flight)."""
+        task_id = event.task_id
+        if event.kind == EventKind.SUBMIT:
+            self._seen.add(task_id)
+        elif task_id not in self._seen and event.src == TaskStatus.PENDING:
+            self._write(_submit(event.t, task_id, event.batch_id, event.trace_id))
+        if event.dst in TERMINAL:
+            self._seen.discard(task_id)
+            self._ended.add(task_id)
+        elif event.kind == EventKind.MOVE:
+            self._seen.add(task_id)
+
+    def _write(self, event: Event) -> None:
+        """Write one event (self._lock held), keeping the latest time written."""
+        self._latest_t = max(self._latest_t, event.t)
+        self._writer.event(compact(event))
+
+    def _discover(self, total: int) -> None:
+        """SUBMITs for PENDING tasks of the store not yet in the trace (see module doc).
+
+        Read only when the store's task count moved, so an idle or a draining run asks nothing.
+        """
+        with self._lock:
+            self._ended.clear()  # a task read PENDING below that ends meanwhile lands here
+        if total == self._store_total:
+            return
+        self._store_total = total
+        pending = self.runner.store.waiting_since_before(float("inf"))  # outside every lock
+        with self._lock:
+            for task in pending:
+                known = task.task_id in self._seen or task.task_id in self._ended
+                if not known and not self._writer.closed:
+                    self._seen.add(task.task_id)
+                    t = max(task.created_at - self.t0, self._latest_t)
+                    self._write(_submit(t, task.task_id, task.batch_id, task.trace_id))
 
     def run(self) -> None:
         """The sampler thread's loop: one row now, then one every interval, until closed."""
@@ -130,6 +187,7 @@ class RuntimeTrace:
     def sample(self) -> None:
         runner = self.runner
         counts = runner.store.counts()  # a query on a database: outside every lock
+        self._discover(sum(counts.values()))
         busy = len(runner.running_tasks())
         stuck = len(runner.stuck_threads())
         with runner.lock:
@@ -209,6 +267,13 @@ class RuntimeTrace:
         with self._lock:
             self._writer.close(report)
 
+
+
+def _submit(t: float, task_id: str | None, batch_id: str | None, trace_id: str | None
+            ) -> Event:
+    """A SUBMIT as the scheduler emits one (the task entered PENDING)."""
+    return Event(t, EventKind.SUBMIT, task_id, batch_id, trace_id, None, TaskStatus.PENDING,
+                 None, 1, None)
 
 
 def limits_record(runner: Runner) -> dict[str, Any]:

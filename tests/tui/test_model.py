@@ -248,3 +248,11 @@ def test_alerts_are_unknown_until_events_are_loaded() -> None:
     assert not snap.alerts_known and snap.alerts_firing == 1
     model.pending_frames = 0
     assert model.snapshot(2.0).alerts_known
+
+
+@pytest.mark.parametrize("text", ["99:99", "1:60", "1:60:00", "500%", "-5%", "100.5%"])
+def test_a_time_that_is_no_time_is_not_taken_for_the_end(text: str) -> None:
+    """`:99:99` and `:500%` jumped to the end without a word; now they are no time (the
+    app then says so in one warning)."""
+    assert parse_time(text, now=50.0, span=(0.0, 100.0)) is None
+    assert parse_command(text, 50.0, (0.0, 100.0)).t is None

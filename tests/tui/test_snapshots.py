@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from textual.app import App
 from textual.pilot import Pilot
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Input
 
 from taskfuse.store.memory import MemoryStore
 from tests.tui.fleetgen import NOW, fill_fleet
@@ -60,6 +60,8 @@ def _at(t: float, *keys: str) -> Callable[[Pilot[int]], Awaitable[None]]:
         if keys:
             await pilot.press(*keys)
         await app.wait_idle()  # a keystroke may start a load round, and a screen's first
+        for box in app.screen.query(Input):  # a blinking cursor is drawn on or off by
+            box.cursor_blink = False  # when the picture is taken: held on, it is stable
         await pilot.pause()  # draw comes one refresh after it is pushed
         await _tables_measured(pilot)
 

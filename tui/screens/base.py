@@ -27,7 +27,9 @@ class MonitorScreen(Screen[None]):
     """
 
     t: reactive[float] = reactive(0.0, init=False)
-    info: reactive[PlayInfo | None] = reactive(None, init=False)
+    #: The time bar repaints itself; a repaint of the whole screen for every read of a
+    #: followed run (the default) was most of an idle follow's cost.
+    info: reactive[PlayInfo | None] = reactive(None, init=False, repaint=False)
 
     def __init__(self, model: TraceModel, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]

@@ -58,6 +58,11 @@ class FleetBase(Screen[None]):
             self.query_one(FleetBar).status = status
             self.show_body()
 
+    def show_status(self, status: FleetStatus) -> None:
+        """Only the status line (a poll that changed nothing else)."""
+        if self.is_mounted:
+            self.query_one(FleetBar).status = status
+
     def show_body(self) -> None:
         """Push the model's latest poll into this screen's own widgets."""
 
@@ -94,6 +99,7 @@ class FleetScreen(FleetBase):
 
     def on_mount(self) -> None:
         self.query_one(OverviewPanel).border_title = "queue · running (10 min)"
+        self.query_one(BatchPanel).empty_text = "no batches in this store"
 
     def on_resize(self) -> None:
         self.query_one(BatchPanel).max_lines = max(2, (self.size.height - 12) // 3)

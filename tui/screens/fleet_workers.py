@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 
 from tui.fleet import LIVE_S
+from tui.fmt import fmt_many
 from tui.screens.fleet import FleetBase
 from tui.widgets.fleet import WorkersTable
 
@@ -34,7 +35,8 @@ class FleetWorkersScreen(FleetBase):
             return
         threads = self.model.threads
         table.border_title = (
-            f"workers: {len(rows)} processes, {sum(w.threads for w in rows)} threads seen, "
+            f"workers: {fmt_many(len(rows), 'process')}, "
+            f"{fmt_many(sum(w.threads for w in rows), 'thread')} seen, "
             f"{threads or 0} live (active within {LIVE_S:.0f}s), "
             f"{sum(w.busy for w in rows)} busy")
         table.show(rows, latest.t)

@@ -17,6 +17,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tui.quitting import QUIT_HELP
+
 Keys = Sequence[tuple[str, Sequence[tuple[str, str]]]]
 
 #: The trace monitor's keys: (group, ((key, what), ...)), in two columns of groups.
@@ -29,15 +31,15 @@ MONITOR_KEYS: tuple[Keys, Keys] = (
     (("views", (("d t", "dashboard / tasks"), ("enter", "a task's history"),
                 ("esc", "back, clear search"))),
      ("task table", (("/", "search task, trace ids"), ("0-6 s", "filter by state"),
-                     ("↑↓ pgup pgdn", "scroll all tasks"), ("g G", "first / last task"))),
-     ("app", (("T", "light / dark theme"), ("?", "this help"), ("q", "quit")))),
+                     ("↑↓ jk pgup pgdn", "scroll all tasks"), ("g G", "first / last task"))),
+     ("app", (("T", "light / dark theme"), ("?", "this help"), *QUIT_HELP))),
 )
 #: The fleet view's keys.
 FLEET_KEYS: tuple[Keys, Keys] = (
     (("views", (("b", "board: queue, batches"), ("w", "workers"),
                 ("enter", "look a task up"), ("esc", "back"))),
      ("app", (("r", "poll the store now"), ("T", "light / dark theme"), ("?", "this help"),
-              ("q", "quit")))),
+              *QUIT_HELP))),
     (("find", (("/ :ID", "a task or trace id"), (":board :workers", "a view"),
                (":help :quit", ""))),
      ("workers view", (("threads", "its own, or seen"), ("busy", "tasks RUNNING now"),

@@ -16,7 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from tui.fmt import fmt_count, fmt_pct
+from tui.fmt import fmt_count, fmt_many, fmt_pct
 from tui.messages import PageMove
 from tui.screens.base import MonitorScreen
 from tui.search import Found
@@ -127,7 +127,7 @@ class TasksScreen(MonitorScreen):
             return f"no match{note}", True
         where = "" if self.state is None else f", {n} {self.state.lower()} now"
         how = " (fuzzy)" if found.fuzzy else ""
-        return f"{fmt_count(len(found.codes))} tasks{how}{where}", False
+        return f"{fmt_many(len(found.codes), 'task')}{how}{where}", False
 
     def _header(self, total: int, page: int) -> Text:
         counts = self.model.counts_at(self.t)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.reactive import reactive
 
-from tui.fmt import fmt_num, fmt_pct, fmt_s
+from tui.fmt import fmt_num, fmt_pct, fmt_s, safe_text
 from tui.model import BatchRow
 from tui.widgets.styling import Panel, flow, tone
 
@@ -31,16 +31,18 @@ class BatchPanel(Panel):
     """
     rows: reactive[tuple[BatchRow, ...]] = reactive((), layout=True)
     max_lines: reactive[int] = reactive(0, layout=True)  # 0: as many as there are batches
+    #: What an empty panel says (the fleet view reads a store, not a trace).
+    empty_text = "no batches in this trace"
 
     def on_mount(self) -> None:
         self.border_title = "batches"
 
     def render(self) -> Text:
         if not self.rows:
-            return Text("no batches in this trace", tone(self, "tf--dim"))
+            return Text(self.empty_text, tone(self, "tf--dim"))
         width = max(1, self.content_size.width)
         shown, rest = self._pick()
-        name_w = max(len(b.batch_id) for b in shown)
+        name_w = max(safe_text(b.batch_id).cell_len for b in shown)
         tails = [self._tails(b) for b in shown]
         # one bar width for all lines (bars line up), from the longest tail that keeps a bar
         lines = [self._line(b, name_w, width, tails, k) for k, b in enumerate(shown)]
@@ -68,7 +70,8 @@ class BatchPanel(Panel):
               tails: list[tuple[Text, Text, Text, Text]], k: int) -> Text:
         """The most complete form of the batch's line that fits `width`: with the status
         word and a bar, then a bar only, then neither, then wrapped."""
-        name = Text(f"{b.batch_id:<{name_w}}")
+        name = safe_text(b.batch_id)
+        name.pad_right(name_w - name.cell_len)
         pct, status, counts, p99 = tails[k]
         for with_status in (True, False):
             longest = max(Text(" ").join([p, *([s] if with_status else []), c, q]).cell_len

@@ -18,7 +18,9 @@ class DownstreamPanel(Panel):
     DEFAULT_CSS = """
     DownstreamPanel { height: auto; }
     """
-    rows: reactive[tuple[DownstreamRow, ...]] = reactive((), layout=True)
+    #: Rows compare by their numbers, not their charts: redraw on every set, or a jump
+    #: between two times with equal numbers keeps the chart of the first.
+    rows: reactive[tuple[DownstreamRow, ...]] = reactive((), layout=True, always_update=True)
     chart_rows: reactive[int] = reactive(0, layout=True)
 
     def on_mount(self) -> None:

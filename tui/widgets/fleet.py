@@ -15,7 +15,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from tui.fleet import WorkerRow, ago
-from tui.fmt import fmt_count, fmt_num, fmt_t
+from tui.fmt import fmt_count, fmt_many, fmt_num, fmt_t
 from tui.taskindex import STATES, TaskRow
 from tui.widgets.styling import COMPONENTS, STATE_TONE, Panel, first_fit, flow, tone
 from tui.widgets.tasktable import TaskTable
@@ -110,12 +110,12 @@ class WorkersSummary(Panel):
         beat = max((w.heartbeat for w in self.rows if w.heartbeat is not None), default=None)
         errors = sum(w.errors for w in self.rows)
         stuck = sum(w.stuck for w in self.rows)
-        parts = [Text(f"{len(self.rows)} processes"),
-                 Text(f"{fmt_num(self.threads)} live threads"),
+        parts = [Text(fmt_many(len(self.rows), "process")),
+                 Text(f"{fmt_num(self.threads)} live thread{'' if self.threads == 1 else 's'}"),
                  Text(f"{busy} busy", tone(self, "tf--warn" if busy else "tf--dim")),
                  Text(f"{stuck} stuck", tone(self, "tf--bad" if stuck else "tf--dim")),
                  Text(f"heartbeat {ago(beat, self.now)}"),
-                 Text(f"{fmt_num(errors)} errors", tone(self, "tf--bad" if errors else "tf--dim"))]
+                 Text(fmt_many(errors, "error"), tone(self, "tf--bad" if errors else "tf--dim"))]
         return flow(parts, width, indent=0)
 
 

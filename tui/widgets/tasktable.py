@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from tui.fmt import fmt_t
+from tui.fmt import fmt_t, safe_text
 from tui.messages import PageMove, TaskChosen
 from tui.taskindex import TaskRow
 from tui.widgets.styling import COMPONENTS, STATE_TONE, tone
@@ -31,6 +31,8 @@ class TaskTable(DataTable[object]):
         Binding("enter", "choose", "history", show=True),
         Binding("g", "page_to('first')", "first", show=False),
         Binding("G", "page_to('last')", "last", show=False),
+        Binding("j", "cursor_down", "down", show=False),  # vi keys, as in k9s and htop
+        Binding("k", "cursor_up", "up", show=False),
     ]
     #: The columns; the fleet's table of RUNNING tasks names its own.
     COLUMNS: ClassVar[tuple[tuple[str, str], ...]] = tuple((c, c) for c in COLUMNS)
@@ -75,8 +77,9 @@ class TaskTable(DataTable[object]):
 
     def cells(self, r: TaskRow) -> tuple[object, ...]:
         state = Text(r.state, tone(self, STATE_TONE.get(r.state, "tf--dim")))
-        return (r.task_id, state, fmt_t(r.since), "" if r.attempt is None else str(r.attempt),
-                r.batch_id or "", r.trace_id or "", r.worker or "", r.reason or "")
+        return (safe_text(r.task_id), state, fmt_t(r.since),
+                "" if r.attempt is None else str(r.attempt), safe_text(r.batch_id),
+                safe_text(r.trace_id), safe_text(r.worker), safe_text(r.reason))
 
     @property
     def highlighted_task(self) -> str | None:
@@ -108,15 +111,21 @@ class TaskTable(DataTable[object]):
         else:
             super().action_cursor_up()
 
+    @property
+    def _page_step(self) -> int:
+        """Rows a page key moves: the rows shown (one fewer than `page_rows` while a
+        horizontal scrollbar takes a line; moving by `page_rows` then skipped a row)."""
+        return max(1, min(self.row_count, self.page_rows)) if self.row_count else self.page_rows
+
     def action_page_down(self) -> None:
         if self.PAGED:
-            self.post_message(PageMove(self.page_rows))
+            self.post_message(PageMove(self._page_step))
         else:
             super().action_page_down()
 
     def action_page_up(self) -> None:
         if self.PAGED:
-            self.post_message(PageMove(-self.page_rows))
+            self.post_message(PageMove(-self._page_step))
         else:
             super().action_page_up()
 

@@ -3,7 +3,8 @@ the run is.
 
 One indicator, three states, the same on every screen: `● LIVE` while the cursor rides the
 end of a followed run, `▶ x2` while replaying at a speed, `⏸ x2` when stopped. Space always
-moves between them, and what it shows is what the cursor does.
+moves between them, and what it shows is what the cursor does. A followed run that wrote
+its footer is over: at its end the indicator reads `■ ENDED`, never LIVE.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ MIN_BAR = 6
 
 
 def play_label(info: PlayInfo) -> str:
-    """`● LIVE`, `▶ x2` or `⏸ x2`: what the cursor is doing."""
+    """`● LIVE` (`■ ENDED` once the run wrote its footer), `▶ x2` or `⏸ x2`: what the
+    cursor is doing."""
     if info.live:
-        return "● LIVE"
+        return "■ ENDED" if info.complete else "● LIVE"
     return f"{'▶' if info.playing else '⏸'} x{info.speed:g}"
 
 
@@ -40,7 +42,8 @@ class TimeBar(Panel):
         t0, t1 = info.span
         head = Text()
         label = play_label(info)
-        head.append(f"{label:<7}", tone(self, "tf--good" if info.live else "tf--accent"))
+        live = info.live and not info.complete
+        head.append(f"{label:<7}", tone(self, "tf--good" if live else "tf--accent"))
         head.append(f" {fmt_t(info.t)} / {fmt_t(t1)} ")
         status, title = self._status(info), Text(info.title, tone(self, "tf--dim"))
         width = self.size.width
