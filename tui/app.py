@@ -114,6 +114,9 @@ class MonitorApp(App[int]):
         self.error: str | None = None
         self.t = 0.0
         self.polls = 0  # reads of a followed file (a check that found no change is not one)
+        #: The end of a followed run at the last playback frame: what it grew by since is
+        #: added to the frame, so playing a followed run closes the gap instead of widening it.
+        self._end_seen: float | None = None
         self._theme_name = THEMES.get(theme or "dark", theme or "textual-dark")
         self._frame_timer: Timer | None = None
         self._poll_delay = poll_s
@@ -269,9 +272,18 @@ class MonitorApp(App[int]):
         self._sync()
 
     def advance(self, seconds: float) -> None:
-        """Move forward `seconds` of wall time at the current speed (one playback frame)."""
+        """Move forward `seconds` of wall time at the current speed (one playback frame).
+
+        Playing a followed run moves also by what the run grew since the last frame: a paced
+        simulation grows faster than x1, and playback at the speed shown alone would fall
+        further behind the longer it played. So the gap to the live end shrinks at the speed
+        shown, and playback reaches LIVE."""
         t1 = self.model.span[1]
-        target = self.t + seconds * self.speed
+        grew = 0.0
+        if self.source.follow and self._end_seen is not None:
+            grew = max(0.0, t1 - self._end_seen)
+        self._end_seen = t1
+        target = self.t + seconds * self.speed + grew
         if target >= t1:
             self._stop_playing()
         self.seek(target)
@@ -331,6 +343,7 @@ class MonitorApp(App[int]):
             if self.t >= t1:
                 self.t = t0
             self.playing = True
+            self._end_seen = t1  # what the run grew while paused is the gap, not a frame
             if self._frame_timer is not None:
                 self._frame_timer.resume()
         self._sync()

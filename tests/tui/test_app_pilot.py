@@ -471,6 +471,41 @@ def test_live_pause_and_play_are_one_indicator(tmp_path: Path) -> None:
     drive(create_app(path, follow=True, poll_s=3600), scenario)
 
 
+def test_playing_a_followed_run_closes_the_gap_while_it_grows(tmp_path: Path) -> None:
+    """Play after pause catches up: the run's growth during playback is added to each frame,
+    so the gap to the live end shrinks (it widened at x1 behind a paced simulation)."""
+    path = tmp_path / "live.trace"
+    writer = TraceWriter(path, _live_header(), flush_every=5)
+    for k in range(3):
+        writer.sample(float(k), [k, 1, 4, 0])
+    writer.flush()
+
+    async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
+        await pilot.press("space")  # LIVE -> paused at 2
+        for k in range(3, 20):
+            writer.sample(float(k), [k, 1, 4, 0])
+        writer.flush()
+        app.poll_now()
+        await app.wait_idle()
+        await pilot.press("space")  # play from 2: 17 s behind
+        assert app.playing
+        gap = app.model.span[1] - app.t
+        for k in range(20, 60):  # the run grows 40 s while playback plays
+            writer.sample(float(k), [k, 1, 4, 0])
+        writer.flush()
+        app.poll_now()
+        await app.wait_idle()
+        app.advance(1.0)
+        await pilot.pause()
+        assert app.model.span[1] == 59.0
+        assert app.model.span[1] - app.t <= gap - 1.0 + 1e-9  # closed by a second, not +40
+        app.advance(100.0)
+        await pilot.pause()
+        assert app.live and app.t == 59.0
+
+    drive(create_app(path, follow=True, poll_s=3600), scenario)
+
+
 def test_following_an_idle_file_reads_nothing(tmp_path: Path) -> None:
     """The follow timer only stats the file: no read, no redraw while it does not change,
     and it checks less and less often (1.5x per idle check, up to POLL_MAX_S)."""
