@@ -436,14 +436,20 @@ def test_counts_say_loading_until_they_are_final(incident: Incident) -> None:
     asyncio.run(main())
 
 
-def test_live_pause_and_play_are_one_indicator(tmp_path: Path) -> None:
-    """A followed run: LIVE rides the end; space pauses (the cursor stays while the run
-    grows); space plays from there and is LIVE again once it reaches the end."""
+def _live_run(tmp_path: Path) -> tuple[Path, TraceWriter]:
+    """A followed run's file with its first three samples, and the writer that grows it."""
     path = tmp_path / "live.trace"
     writer = TraceWriter(path, _live_header(), flush_every=5)
     for k in range(3):
         writer.sample(float(k), [k, 1, 4, 0])
     writer.flush()
+    return path, writer
+
+
+def test_live_pause_and_play_are_one_indicator(tmp_path: Path) -> None:
+    """A followed run: LIVE rides the end; space pauses (the cursor stays while the run
+    grows); space plays from there and is LIVE again once it reaches the end."""
+    path, writer = _live_run(tmp_path)
 
     async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
         bar = app.screen.query_one(TimeBar)
@@ -474,11 +480,7 @@ def test_live_pause_and_play_are_one_indicator(tmp_path: Path) -> None:
 def test_playing_a_followed_run_closes_the_gap_while_it_grows(tmp_path: Path) -> None:
     """Play after pause catches up: the run's growth during playback is added to each frame,
     so the gap to the live end shrinks (it widened at x1 behind a paced simulation)."""
-    path = tmp_path / "live.trace"
-    writer = TraceWriter(path, _live_header(), flush_every=5)
-    for k in range(3):
-        writer.sample(float(k), [k, 1, 4, 0])
-    writer.flush()
+    path, writer = _live_run(tmp_path)
 
     async def scenario(app: MonitorApp, pilot: Pilot[int]) -> None:
         await pilot.press("space")  # LIVE -> paused at 2
