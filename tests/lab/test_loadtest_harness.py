@@ -49,7 +49,9 @@ def test_the_provider_says_how_long_it_served_and_the_client_times_out_cleanly()
         assert servers.pids["p"] != servers.pids["h"]  # a process per provider
         with Connections(servers.url("p")) as conns:
             status, kind, served = conns.get({}, 5.0)
-            assert status == 200 and kind is None and served == pytest.approx(0.05, abs=0.02)
+            # the provider's own account: at least its latency, never the client's timeout
+            # (its upper side is the machine's load, so it is bounded loosely)
+            assert status == 200 and kind is None and 0.05 <= served < 2.0
         with Connections(servers.url("h")) as conns:
             with pytest.raises(CallTimeout):
                 conns.get({}, 0.2)
