@@ -107,3 +107,55 @@ def test_the_sweeper_prunes_with_retention_s(tmp_path) -> None:
         assert len(store.all_tasks()) == 10  # no retention: every row stays
         run_sweeper(sched, once=True, clock=lambda: NOW, retention_s=5000.0)
         assert len(store.all_tasks()) == 5 and store.counts() == _full(store)
+
+
+def _old_parents(store, round_: int, n: int) -> list[str]:
+    """`n` tasks that ended SUCCESS long ago (old enough to prune), inserted as they are."""
+    from taskfuse.core.task import Task
+
+    ids = [f"r{round_}p{i}" for i in range(n)]
+    store.insert([Task(p, "k", trace_id=p, created_at=OLD, status=S.SUCCESS, version=2,
+                       started_at=OLD, finished_at=OLD) for p in ids])
+    return ids
+
+
+def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
+    """Dependents submitted by 3 threads while a 4th prunes their parents (real PostgreSQL,
+    no lock held by the test): whatever the interleaving, a dependent the store took as
+    ready (its parent was SUCCESS when it came) still has its parent, and one that came
+    after its parent went waits for it (not ready), as a dependent of any unknown id does.
+    Before prune re-checked the dependents under a fresh snapshot, a submit committed
+    between the delete's snapshot and its row lock lost its parent while ready."""
+    import random
+    import threading
+
+    from taskfuse.core.task import Task
+
+    with ALL_STORES["postgres"](tmp_path) as store:
+        for round_ in range(4):
+            parents = _old_parents(store, round_, 300)
+            order = parents[:]
+            random.Random(round_).shuffle(order)
+            go = threading.Barrier(4)
+
+            def submit(share: list[str], go: threading.Barrier = go) -> None:
+                go.wait()
+                for p in share:
+                    store.insert([Task(f"c-{p}", "k", trace_id=f"c-{p}", created_at=NOW,
+                                       depends_on=(p,), pending_since=NOW)])
+
+            def prune_all(go: threading.Barrier = go) -> None:
+                go.wait()
+                prune(store, 1000.0, NOW, chunk=10, pause_s=0.002)
+
+            threads = [threading.Thread(target=submit, args=(order[i::3],)) for i in range(3)]
+            threads.append(threading.Thread(target=prune_all))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            ready = {t.task_id for t in store.claim("w", NOW, 1000)}  # exactly the ready ones
+            lost = [p for p in parents if f"c-{p}" in ready and store.get(p) is None]
+            waiting = [p for p in parents if f"c-{p}" not in ready and store.get(p) is not None]
+            assert (lost, waiting) == ([], []), round_
+            assert store.counts() == _full(store)
