@@ -159,3 +159,44 @@ def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
             waiting = [p for p in parents if f"c-{p}" not in ready and store.get(p) is not None]
             assert (lost, waiting) == ([], []), round_
             assert store.counts() == _full(store)
+
+
+@pytest.mark.parametrize("kind", list(ALL_STORES))
+def test_a_batch_pruned_whole_reads_empty_not_success(kind, tmp_path) -> None:
+    """A batch whose every task failed, once pruned, must not read ALL_SUCCESS (it did: no
+    task left counted as all of them succeeded); it reads EMPTY wherever a batch's status
+    is shown, and `taskfuse wait` on it exits 8."""
+    from taskfuse.core.states import BatchStatus
+    from taskfuse.runtime.waiting import wait
+
+    with ALL_STORES[kind](tmp_path) as store:
+        sched = Scheduler(store, policy=RetryPolicy(max_retry=0))
+        sched.submit_batch([TaskSpec("k", task_id=f"f{i}") for i in range(3)], OLD, "doomed")
+        for task in sched.claim("w", OLD, 3).tasks:
+            sched.complete(task, Outcome.failure("bad_params"), OLD)
+        assert sched.batch_status("doomed") is BatchStatus.FAILED
+        assert prune(store, 5000.0, NOW).removed == {S.FAILED: 3}
+        assert sched.batch_status("doomed") is BatchStatus.EMPTY
+        got = wait(store, "doomed", 1.0)
+        assert (got.done, got.status, got.kind) == (True, "EMPTY", "batch")
+
+
+def test_wait_and_status_commands_on_a_pruned_batch(tmp_path, capsys) -> None:
+    from taskfuse.store import open_store
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = open_store(url)
+    sched = Scheduler(store, policy=RetryPolicy(max_retry=0))
+    sched.submit_batch([TaskSpec("k", task_id=f"f{i}") for i in range(2)], OLD, "doomed")
+    for task in sched.claim("w", OLD, 2).tasks:
+        sched.complete(task, Outcome.failure("bad_params"), OLD)
+    store.close()
+    assert cli.main(["prune", "--store", url, "--older-than", "1d"]) == 0
+    assert "removed 2 ended task(s) older than 86400s: 2 FAILED" in capsys.readouterr().out
+    assert cli.main(["wait", "--store", url, "doomed"]) == 8
+    assert "batch doomed ended EMPTY after waiting" in capsys.readouterr().out
+    assert cli.main(["wait", "--store", url, "f0"]) == 2  # a pruned task is unknown
+    assert "no task or batch with id 'f0'" in capsys.readouterr().err
+    assert cli.main(["status", "--store", url]) == 0
+    assert [line.split()[:2] for line in capsys.readouterr().out.splitlines()[1:2]] == [
+        ["doomed", "EMPTY"]]
