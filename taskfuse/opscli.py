@@ -178,7 +178,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
               + _error_of(got.task))
     else:
         counts = ", ".join(f"{n} {s.value}" for s, n in got.counts.items() if n)
-        print(f"{what} ended {got.status} after waiting {got.waited_s:.1f}s: {counts}")
+        print(f"{what} ended {got.status} after waiting {got.waited_s:.1f}s: "
+              + (counts or "no task kept (none submitted yet, or all pruned)"))
     return code
 
 

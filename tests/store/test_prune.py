@@ -194,7 +194,8 @@ def test_wait_and_status_commands_on_a_pruned_batch(tmp_path, capsys) -> None:
     assert cli.main(["prune", "--store", url, "--older-than", "1d"]) == 0
     assert "removed 2 ended task(s) older than 86400s: 2 FAILED" in capsys.readouterr().out
     assert cli.main(["wait", "--store", url, "doomed"]) == 8
-    assert "batch doomed ended EMPTY after waiting" in capsys.readouterr().out
+    assert "ended EMPTY after waiting 0.0s: no task kept (none submitted yet, or all pruned)" \
+        in capsys.readouterr().out
     assert cli.main(["wait", "--store", url, "f0"]) == 2  # a pruned task is unknown
     assert "no task or batch with id 'f0'" in capsys.readouterr().err
     assert cli.main(["status", "--store", url]) == 0
