@@ -111,13 +111,14 @@ def _print_retried(done: tuple[Task, ...], dependents: frozenset[str]) -> None:
 
 #: Exit status of `wait` and `result` by what the task or batch ended as.
 EXIT_BY_STATUS = {"SUCCESS": 0, "ALL_SUCCESS": 0, "FAILED": 3, "TIMEOUT": 4, "CANCELED": 5,
-                  "PARTIAL_SUCCESS": 6}
+                  "PARTIAL_SUCCESS": 6, "EMPTY": 8}
 #: `result` of a task that has not ended yet.
 EXIT_UNFINISHED = 7
 #: `wait` whose --timeout passed first (as coreutils' timeout).
 EXIT_WAIT_TIMEOUT = 124
 _EXIT_HELP = ("Exit status: 0 SUCCESS (a batch: ALL_SUCCESS), 3 FAILED, 4 TIMEOUT, 5 CANCELED, "
-              "6 PARTIAL_SUCCESS (a batch), {extra}2 a usage mistake (unknown id), 1 an "
+              "6 PARTIAL_SUCCESS (a batch), 8 EMPTY (a batch with no task kept: none submitted "
+              "yet, or all pruned), {extra}2 a usage mistake (unknown id), 1 an "
               "internal error.")
 
 
@@ -177,7 +178,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
               + _error_of(got.task))
     else:
         counts = ", ".join(f"{n} {s.value}" for s, n in got.counts.items() if n)
-        print(f"{what} ended {got.status} after waiting {got.waited_s:.1f}s: {counts}")
+        print(f"{what} ended {got.status} after waiting {got.waited_s:.1f}s: "
+              + (counts or "no task kept (none submitted yet, or all pruned)"))
     return code
 
 

@@ -62,6 +62,8 @@ DEADLINE_SLACK_S = 0.002
 ATTEMPTS_EXCEEDED = "attempts_exceeded"
 #: The error kind of a task whose result is larger than `SchedulerConfig.max_result_bytes`.
 RESULT_TOO_LARGE = "result_too_large"
+#: The result bound when none is given: 1 MiB of JSON.
+DEFAULT_MAX_RESULT_BYTES = 1 << 20
 
 
 def result_size(result: Any) -> int:
@@ -136,7 +138,7 @@ class SchedulerConfig:
     default_timeout: float = 60.0
     lease_s: float | None = None
     max_pending_age_s: float | None = None
-    max_result_bytes: int | None = 1 << 20
+    max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES
 
     def __post_init__(self) -> None:
         if self.default_timeout <= 0:

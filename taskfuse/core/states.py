@@ -73,6 +73,9 @@ class BatchStatus(StrEnum):
     ALL_SUCCESS = "ALL_SUCCESS"
     FAILED = "FAILED"
     CANCELED = "CANCELED"
+    #: No task of the batch is kept: none was submitted yet, or retention pruned them all.
+    #: What they ended as is not known any more, so it claims neither success nor failure.
+    EMPTY = "EMPTY"
 
 
 P, R = TaskStatus.PENDING, TaskStatus.RUNNING
@@ -163,11 +166,15 @@ def derive_batch_status(counts: dict[TaskStatus, int]) -> BatchStatus:
 
     Any task still PENDING or RUNNING keeps the batch RUNNING. Once all are terminal: all
     SUCCESS is ALL_SUCCESS, some SUCCESS is PARTIAL_SUCCESS, all CANCELED is CANCELED, and
-    anything else (no success at all) is FAILED. An empty batch has nothing left to do.
+    anything else (no success at all) is FAILED. A batch with no task kept is EMPTY (it
+    read ALL_SUCCESS once, which a batch pruned after failing everything is not). A batch
+    partly pruned reads from the tasks kept.
     """
     if counts.get(TaskStatus.PENDING, 0) or counts.get(TaskStatus.RUNNING, 0):
         return BatchStatus.RUNNING
     total = sum(counts.values())
+    if not total:
+        return BatchStatus.EMPTY
     ok = counts.get(TaskStatus.SUCCESS, 0)
     if ok == total:
         return BatchStatus.ALL_SUCCESS

@@ -131,7 +131,8 @@ def call_retry(client: ClientLimits) -> tuple[RetryPolicy, RetryThrottle | None]
 
 def scheduler_config(limits: Limits) -> SchedulerConfig:
     sweeper = limits.sweeper
-    return SchedulerConfig(limits.task_timeout_s, sweeper.lease_s, sweeper.max_pending_age_s)
+    return SchedulerConfig(limits.task_timeout_s, sweeper.lease_s, sweeper.max_pending_age_s,
+                           limits.max_result_bytes)
 
 
 def heartbeat_interval(limits: Limits, default: float = 10.0) -> float:

@@ -12,7 +12,8 @@ scenario (`limits: FILE`), without renaming anything::
       sync_sku: {timeout_s: 30, executor: thread, overlap: false}
       fetch_price: {executor: async, async_concurrency: 2000}
     async_concurrency: 1000             # async tasks in flight per worker process
-    sweeper: {interval_s: 30, lease_s: 30}
+    sweeper: {interval_s: 30, lease_s: 30, retention_s: 604800}
+    max_result_bytes: 1048576           # a larger result fails its task (null: no bound)
     pools:                              # connection-limited sections (ctx.pool(name))
       batch: {size: 10, acquire_timeout_s: 30}
     downstreams:                        # the client's fuses around each downstream
@@ -47,6 +48,7 @@ from pydantic import (
 
 from taskfuse.core import bounds
 from taskfuse.core.breaker import BreakerConfig
+from taskfuse.core.scheduler import DEFAULT_MAX_RESULT_BYTES
 from taskfuse.limits.schedules import ScheduleLimits, ScheduleName
 
 # The one validated number type of every duration and count (taskfuse.core.bounds has the
@@ -72,6 +74,8 @@ Priority = Annotated[int, Field(strict=True, ge=bounds.MIN_INT64, le=bounds.MAX_
 MAX_WORKERS = 10_000
 #: The largest count of coroutines in flight a file may ask for per worker process.
 MAX_ASYNC = 100_000
+#: The largest result bound a file may set: 256 MiB, PostgreSQL's own limit for one jsonb.
+MAX_RESULT_BYTES = 1 << 28
 
 
 class Strict(BaseModel):
@@ -351,6 +355,11 @@ class Limits(Strict):
     batches: list[BatchLimits] = Field(default_factory=list)
     #: Batches submitted on a cron schedule, by name (taskfuse.limits.schedules).
     schedules: dict[ScheduleName, ScheduleLimits] = Field(default_factory=dict)
+    #: The largest result a task may store, in bytes of compact JSON (null: no bound): a
+    #: larger one ends the task FAILED with result_too_large and both sizes in its error,
+    #: instead of a row too large to write or to read back.
+    max_result_bytes: Annotated[int, Field(strict=True, ge=1, le=MAX_RESULT_BYTES)] | None = (
+        DEFAULT_MAX_RESULT_BYTES)
 
     @field_validator("batches")
     @classmethod

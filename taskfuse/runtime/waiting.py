@@ -3,15 +3,18 @@
 Theory of operation
 -------------------
 * The waiter sleeps in the store's own wake-up: PostgreSQL's done channel (a NOTIFY when any
-  task ends, migration 8), SQLite's ``PRAGMA data_version`` poll (a read of shared memory
-  that changes when another connection commits, every `poll_s`). A store without either
-  (memory) is asked every `min_gap_s`.
+  task ends, migration 8), SQLite's ``PRAGMA data_version`` (a read of shared memory, no
+  table is read, that changes when another connection commits; looked at every 10 ms). A
+  store without either (memory) is asked every `min_gap_s`. The wake-up is armed before the
+  first question and remembers what it saw between calls, so an end committed between a
+  question and the next sleep still wakes it (it cost up to the idle check before).
 * After a wake-up it asks the one question (the task's record, or the batch's kept counts:
   one small query either way), but never sooner than `min_gap_s` after the last one, and,
-  for a batch, not before a quarter of the time the batch still needs at the pace it has been
-  ending (`holdoff`): a batch of 10k tasks draining for a minute is asked a few times a
-  second, not at every commit, and more often as its end nears. That end is seen within
-  `min_gap_s` plus one wake-up of the store.
+  for a batch, not before a share of the time the batch still needs at the pace it has been
+  ending (`holdoff`, at most MAX_HOLDOFF_S): a batch of 10k tasks draining for a minute is
+  asked about twice a second, not at every commit, and more often as its end nears.
+  That end is seen within `min_gap_s` plus one wake-up of the store (measured with
+  benchmarks/test_bench_ops.py::test_wait_for_a_batch_of_10k).
 * Without any wake-up it still asks every `idle_check_s`: a lost notification costs latency,
   never a hang.
 """
@@ -27,13 +30,16 @@ from taskfuse.core.states import TaskfuseError, TaskStatus, derive_batch_status
 from taskfuse.core.storeapi import Store
 from taskfuse.core.task import Task
 
-#: The soonest a waiter asks the store again after asking it.
-MIN_GAP_S = 0.05
+#: The soonest a waiter asks the store again after asking it: the most a batch's end can wait
+#: for its question once the store said something ended.
+MIN_GAP_S = 0.04
 #: The longest a waiter trusts wake-ups alone before asking anyway.
 IDLE_CHECK_S = 5.0
-#: The longest a batch's rate may hold a waiter off asking.
-MAX_HOLDOFF_S = 1.0
-#: The share of a batch's expected remaining time a waiter may go without asking.
+#: The longest a batch's rate may hold a waiter off asking. A batch's pace seen early (workers
+#: still starting) was 6x too slow once, and a 1 s holdoff then saw the end 134 ms late.
+MAX_HOLDOFF_S = 0.5
+#: The share of a batch's expected remaining time a waiter may go without asking: a pace up
+#: to 1 / share times faster than it was seen still ends after the next question.
 HOLDOFF_SHARE = 0.25
 _UNFINISHED = (TaskStatus.PENDING, TaskStatus.RUNNING)
 
@@ -72,10 +78,12 @@ def wait(store: Store, target: str, timeout: float | None, *,
     """
     start = clock()
     end = float("inf") if timeout is None else start + timeout
-    probe = _Probe(store, target, clock)
     wake = _store_wake(store)
+    if wake is not None:
+        wake(0.0)  # armed before the first question: an end committed after it wakes us
+    probe = _Probe(store, target, clock)
+    result = probe.first
     while True:
-        result = probe.ask()
         now = clock()
         result.waited_s = now - start
         if result.done or now >= end:
@@ -88,6 +96,7 @@ def wait(store: Store, target: str, timeout: float | None, *,
         rest = ask_at - clock()
         if rest > 0:
             time.sleep(rest)
+        result = probe.ask()
 
 
 class _Probe:
@@ -97,24 +106,40 @@ class _Probe:
         self.store = store
         self.target = target
         self.clock = clock
-        self.queries = 1
-        self.is_task = store.get(target) is not None
-        if not self.is_task and store.get_batch(target) is None and not any(
-                store.counts(target).values()):
-            raise WaitError(f"no task or batch with id {target!r}")
+        self.queries = 0
         self._first: tuple[float, int] | None = None  # (when, unfinished) before progress
         self._last: tuple[float, int] | None = None  # ... at the latest
         self._prev: tuple[float, int] | None = None  # ... and at the one before
+        task = self._get()
+        self.is_task = task is not None
+        #: The answer of the question that found what `target` names: a task's record, or
+        #: a batch's counts (a batch is told by its counts; its record only when empty).
+        self.first = self._task_result(task) if task is not None else self._batch_result()
+        if not self.is_task and not any(self.first.counts.values()):
+            self.queries += 1
+            if store.get_batch(target) is None:
+                raise WaitError(f"no task or batch with id {target!r}")
+            self.first.queries = self.queries
+
+    def _get(self) -> Task | None:
+        self.queries += 1
+        return self.store.get(self.target)
+
+    def _task_result(self, task: Task) -> WaitResult:
+        done = task.status not in _UNFINISHED
+        return WaitResult(self.target, "task", task.status.value, done, 0.0, self.queries,
+                          task=task)
 
     def ask(self) -> WaitResult:
-        self.queries += 1
         if self.is_task:
-            task = self.store.get(self.target)
+            task = self._get()
             if task is None:
                 raise WaitError(f"task {self.target!r} was deleted while waited for")
-            done = task.status not in _UNFINISHED
-            return WaitResult(self.target, "task", task.status.value, done, 0.0, self.queries,
-                              task=task)
+            return self._task_result(task)
+        return self._batch_result()
+
+    def _batch_result(self) -> WaitResult:
+        self.queries += 1
         counts = self.store.counts(self.target)
         left = sum(counts[s] for s in _UNFINISHED)
         self._prev, self._last = self._last, (self.clock(), left)

@@ -900,14 +900,19 @@ class PostgresStore(NamedQueryReads):
     def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
               limit: int) -> dict[TaskStatus, int]:
         """Delete up to `limit` ended tasks (retention, `taskfuse.runtime.retention`) in one
-        short transaction; answers how many of each status went."""
+        short transaction; answers how many of each status went. Two statements: lock the
+        candidates, then delete those that still have no live dependent under a later
+        snapshot (why: the queries' prune_rows)."""
         params = {"statuses": [_VALUE[s] for s in statuses], "cutoff": cutoff,
                   "batch": batch_id, "n": limit}
 
         def op(conn: psycopg.Connection[Any], _: bool) -> dict[TaskStatus, int]:
             gone: dict[TaskStatus, int] = {}
+            rows: list[Any] = []
             with conn.transaction():
-                rows = conn.execute(Q["prune_rows"], params).fetchall()
+                locked = [r[0] for r in conn.execute(Q["prune_lock"], params)]
+                if locked:
+                    rows = conn.execute(Q["prune_rows"], {"ids": locked}).fetchall()
                 if rows:
                     conn.execute(Q["prune_deps"], {"ids": [r[0] for r in rows]})
             for _, status in rows:

@@ -74,6 +74,9 @@ _VALUE = VALUE_OF
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 #: The migration from which the file keeps its counts by status (sqlite_0004_task_counts).
 _KEPT_COUNTS = 4
+#: How often a waiter of results (`wait_for_done`) reads data_version: a read of shared
+#: memory, so often enough that a batch's end is seen 10 ms after its commit at most.
+DONE_POLL_S = 0.01
 #: The longest close() waits for threads in wait_for_work to leave (each polls every poll_s).
 CLOSE_WAIT_S = 5.0
 _KEPT_BATCH_COUNTS = 5
@@ -685,35 +688,48 @@ class SQLiteStore(NamedQueryReads):
         a short poll of ``PRAGMA data_version`` (every `poll_s`), which changes exactly when
         another connection committed. A True is a hint to claim, not a promise of a task.
         """
+        return self._wait_commit(timeout, self.poll_s, None)
+
+    def wait_for_done(self, timeout: float) -> bool:
+        """Block up to `timeout` s until another connection committed (a task may have
+        ended); SQLite has no notifications, so this polls ``PRAGMA data_version`` (a read
+        of shared memory, no table is read) every DONE_POLL_S. Unlike `wait_for_work` it
+        compares with the version this thread saw at its previous call, so a commit that
+        landed while the caller was asking the store is not missed (the caller arms it with
+        a call of timeout 0 before it first asks)."""
+        return self._wait_commit(timeout, DONE_POLL_S, "done_version")
+
+    def _wait_commit(self, timeout: float, poll_s: float, remember: str | None) -> bool:
+        """Poll data_version every `poll_s` until it moves past the version this thread saw
+        last (kept in the thread's `remember` slot; None: as it is now), a local submit
+        wakes us, the store closes, or `timeout` passes."""
         with self._work:
             if self._closed:
                 return False
             self._waiters += 1  # close() waits for us to leave before closing our connection
             gen = self._work_gen
+        version = None
         try:
             conn = self._conn()
-            start = conn.execute("PRAGMA data_version").fetchone()[0]
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            seen = getattr(self._local, remember, version) if remember else version
             deadline = time.monotonic() + max(0.0, timeout)
             while True:
+                if version != seen:
+                    return True
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 with self._work:
-                    if self._work.wait_for(lambda: self._work_gen != gen,
-                                           min(left, self.poll_s)):
+                    if self._work.wait_for(lambda: self._work_gen != gen, min(left, poll_s)):
                         return not self._closed
-                if conn.execute("PRAGMA data_version").fetchone()[0] != start:
-                    return True
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
         finally:
+            if remember and version is not None:
+                setattr(self._local, remember, version)
             with self._work:
                 self._waiters -= 1
                 self._work.notify_all()
-
-    def wait_for_done(self, timeout: float) -> bool:
-        """Block up to `timeout` s until another connection committed (a task may have
-        ended); SQLite has no notifications, so this is `wait_for_work`'s poll of
-        ``PRAGMA data_version`` (a read of shared memory, no file I/O), every `poll_s`."""
-        return self.wait_for_work(timeout)
 
     # -- reading ---------------------------------------------------------------------------
 

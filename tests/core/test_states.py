@@ -108,6 +108,8 @@ def test_move_stamps_fields_and_counts_retries() -> None:
         ({TaskStatus.CANCELED: 2}, BatchStatus.CANCELED),
         ({TaskStatus.FAILED: 1, TaskStatus.CANCELED: 2}, BatchStatus.FAILED),
         ({TaskStatus.TIMEOUT: 1}, BatchStatus.FAILED),
+        ({}, BatchStatus.EMPTY),
+        ({TaskStatus.SUCCESS: 0, TaskStatus.FAILED: 0}, BatchStatus.EMPTY),
     ],
 )
 def test_batch_status_derivation(counts, expected) -> None:

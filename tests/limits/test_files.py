@@ -58,6 +58,8 @@ def test_every_shipped_limits_file_validates(path: Path) -> None:
         ("sweeper: {lease_s: 3, heartbeat_s: 5}\n",
          "<l>:1: sweeper: heartbeat_s must be < lease_s"),
         ("batches: [{id: a}, {id: a}]\n", "<l>:1: batches: batch id 'a' is listed twice"),
+        ("max_result_bytes: 0\n",
+         "<l>:1: max_result_bytes: input should be greater than or equal to 1, got 0"),
     ],
 )
 def test_a_bad_limits_file_is_one_line_with_file_line_and_key(text: str, expected: str) -> None:

@@ -107,3 +107,97 @@ def test_the_sweeper_prunes_with_retention_s(tmp_path) -> None:
         assert len(store.all_tasks()) == 10  # no retention: every row stays
         run_sweeper(sched, once=True, clock=lambda: NOW, retention_s=5000.0)
         assert len(store.all_tasks()) == 5 and store.counts() == _full(store)
+
+
+def _old_parents(store, round_: int, n: int) -> list[str]:
+    """`n` tasks that ended SUCCESS long ago (old enough to prune), inserted as they are."""
+    from taskfuse.core.task import Task
+
+    ids = [f"r{round_}p{i}" for i in range(n)]
+    store.insert([Task(p, "k", trace_id=p, created_at=OLD, status=S.SUCCESS, version=2,
+                       started_at=OLD, finished_at=OLD) for p in ids])
+    return ids
+
+
+def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
+    """Dependents submitted by 3 threads while a 4th prunes their parents (real PostgreSQL,
+    no lock held by the test): whatever the interleaving, a dependent the store took as
+    ready (its parent was SUCCESS when it came) still has its parent, and one that came
+    after its parent went waits for it (not ready), as a dependent of any unknown id does.
+    Before prune re-checked the dependents under a fresh snapshot, a submit committed
+    between the delete's snapshot and its row lock lost its parent while ready."""
+    import random
+    import threading
+
+    from taskfuse.core.task import Task
+
+    with ALL_STORES["postgres"](tmp_path) as store:
+        for round_ in range(4):
+            parents = _old_parents(store, round_, 300)
+            order = parents[:]
+            random.Random(round_).shuffle(order)
+            go = threading.Barrier(4)
+
+            def submit(share: list[str], go: threading.Barrier = go) -> None:
+                go.wait()
+                for p in share:
+                    store.insert([Task(f"c-{p}", "k", trace_id=f"c-{p}", created_at=NOW,
+                                       depends_on=(p,), pending_since=NOW)])
+
+            def prune_all(go: threading.Barrier = go) -> None:
+                go.wait()
+                prune(store, 1000.0, NOW, chunk=10, pause_s=0.002)
+
+            threads = [threading.Thread(target=submit, args=(order[i::3],)) for i in range(3)]
+            threads.append(threading.Thread(target=prune_all))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            ready = {t.task_id for t in store.claim("w", NOW, 1000)}  # exactly the ready ones
+            lost = [p for p in parents if f"c-{p}" in ready and store.get(p) is None]
+            waiting = [p for p in parents if f"c-{p}" not in ready and store.get(p) is not None]
+            assert (lost, waiting) == ([], []), round_
+            assert store.counts() == _full(store)
+
+
+@pytest.mark.parametrize("kind", list(ALL_STORES))
+def test_a_batch_pruned_whole_reads_empty_not_success(kind, tmp_path) -> None:
+    """A batch whose every task failed, once pruned, must not read ALL_SUCCESS (it did: no
+    task left counted as all of them succeeded); it reads EMPTY wherever a batch's status
+    is shown, and `taskfuse wait` on it exits 8."""
+    from taskfuse.core.states import BatchStatus
+    from taskfuse.runtime.waiting import wait
+
+    with ALL_STORES[kind](tmp_path) as store:
+        sched = Scheduler(store, policy=RetryPolicy(max_retry=0))
+        sched.submit_batch([TaskSpec("k", task_id=f"f{i}") for i in range(3)], OLD, "doomed")
+        for task in sched.claim("w", OLD, 3).tasks:
+            sched.complete(task, Outcome.failure("bad_params"), OLD)
+        assert sched.batch_status("doomed") is BatchStatus.FAILED
+        assert prune(store, 5000.0, NOW).removed == {S.FAILED: 3}
+        assert sched.batch_status("doomed") is BatchStatus.EMPTY
+        got = wait(store, "doomed", 1.0)
+        assert (got.done, got.status, got.kind) == (True, "EMPTY", "batch")
+
+
+def test_wait_and_status_commands_on_a_pruned_batch(tmp_path, capsys) -> None:
+    from taskfuse.store import open_store
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = open_store(url)
+    sched = Scheduler(store, policy=RetryPolicy(max_retry=0))
+    sched.submit_batch([TaskSpec("k", task_id=f"f{i}") for i in range(2)], OLD, "doomed")
+    for task in sched.claim("w", OLD, 2).tasks:
+        sched.complete(task, Outcome.failure("bad_params"), OLD)
+    store.close()
+    assert cli.main(["prune", "--store", url, "--older-than", "1d"]) == 0
+    assert "removed 2 ended task(s) older than 86400s: 2 FAILED" in capsys.readouterr().out
+    assert cli.main(["wait", "--store", url, "doomed"]) == 8
+    assert "ended EMPTY after waiting 0.0s: no task kept (none submitted yet, or all pruned)" \
+        in capsys.readouterr().out
+    assert cli.main(["wait", "--store", url, "f0"]) == 2  # a pruned task is unknown
+    assert "no task or batch with id 'f0'" in capsys.readouterr().err
+    assert cli.main(["status", "--store", url]) == 0
+    assert [line.split()[:2] for line in capsys.readouterr().out.splitlines()[1:2]] == [
+        ["doomed", "EMPTY"]]

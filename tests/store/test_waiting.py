@@ -15,7 +15,7 @@ from taskfuse import cli
 from taskfuse.core.retry import RetryPolicy
 from taskfuse.core.scheduler import RESULT_TOO_LARGE, Scheduler, SchedulerConfig, Work
 from taskfuse.core.states import TaskStatus
-from taskfuse.core.task import Outcome, TaskSpec
+from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime.waiting import WaitError, wait
 from taskfuse.store import open_store
 from tests.store import procs
@@ -88,3 +88,21 @@ def test_wait_and_result_commands_exit_by_outcome(backend, capsys) -> None:
     with pytest.raises(WaitError):
         wait(store, "nope", 1.0)
     store.close()
+
+
+def test_sqlite_done_wakeup_keeps_a_commit_made_between_two_waits(tmp_path) -> None:
+    """A waiter asks the store, then sleeps in wait_for_done: a commit that lands between
+    the two (another connection's) must still wake it. wait_for_done compares with the
+    version its thread saw at its previous call; it compared with the version at its own
+    start, and such an end then waited for the next commit or the idle check."""
+    from taskfuse.store.sqlite import SQLiteStore
+
+    waiter, worker = SQLiteStore(tmp_path / "w.db"), SQLiteStore(tmp_path / "w.db")
+    try:
+        assert waiter.wait_for_done(0.0) is False  # armed: nothing committed since
+        worker.insert([Task("t", "k", trace_id="t", created_at=1.0)])  # between two waits
+        assert waiter.wait_for_done(30.0) is True  # at once, not after 30 s
+        assert waiter.wait_for_done(0.0) is False  # and seen once only
+    finally:
+        waiter.close()
+        worker.close()

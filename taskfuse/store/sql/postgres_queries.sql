@@ -443,24 +443,37 @@ SELECT {task_t} FROM task_deps AS d JOIN tasks AS t ON t.task_id = d.task_id
 WHERE d.depends_on = ANY(%(ids)s)
 ORDER BY t.seq, d.pos
 
+-- prune_lock --
+-- Retention, first statement: lock up to :n ended rows in :statuses that finished before
+-- :cutoff (of :batch when given) and that no PENDING or RUNNING dependent waits for, as this
+-- statement's snapshot sees it; rows another transaction holds (a submit marking a parent
+-- has_children) are skipped, not waited for.
+SELECT t.task_id FROM tasks AS t
+WHERE t.status = ANY(%(statuses)s::text[])
+  AND t.finished_at < %(cutoff)s
+  AND (%(batch)s::text IS NULL OR t.batch_id = %(batch)s::text)
+  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+LIMIT %(n)s
+FOR UPDATE OF t SKIP LOCKED
+
 -- prune_rows --
--- Retention: delete up to :n ended rows in :statuses that finished before :cutoff (of :batch
--- when given), never one a PENDING or RUNNING dependent still waits for; rows another
--- transaction holds are skipped. The count triggers keep the counts; answers each deleted
--- row's id and status.
-DELETE FROM tasks WHERE task_id IN (
-    SELECT t.task_id FROM tasks AS t
-    WHERE t.status = ANY(%(statuses)s::text[])
-      AND t.finished_at < %(cutoff)s
-      AND (%(batch)s::text IS NULL OR t.batch_id = %(batch)s::text)
-      AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
-                      WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
-    LIMIT %(n)s
-    FOR UPDATE OF t SKIP LOCKED)
-RETURNING task_id, status
+-- Retention, second statement: delete the locked rows that still have no live dependent,
+-- asked again under this statement's own, later snapshot. A submit of a dependent locks its
+-- parents (mark_parents), so it either committed before our locks (seen here: the parent
+-- stays) or waits for our commit (and then finds its parent gone, as any unknown id). One
+-- statement was not enough: a dependent committed between the statement's snapshot and its
+-- row lock was invisible to the NOT EXISTS (a row lock re-reads the row, not the subquery),
+-- and its parent went (tests/store/test_prune.py, the racing test). The count triggers keep
+-- the counts; answers each deleted row's id and status.
+DELETE FROM tasks AS t
+WHERE t.task_id = ANY(%(ids)s::text[])
+  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+RETURNING t.task_id, t.status
 
 -- prune_count --
--- What `prune_rows` would delete in all, by status (a dry run).
+-- What `prune_lock` would find in all, by status (a dry run).
 SELECT t.status, count(*) FROM tasks AS t
 WHERE t.status = ANY(%(statuses)s::text[])
   AND t.finished_at < %(cutoff)s
