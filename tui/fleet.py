@@ -51,6 +51,8 @@ SERIES: tuple[str, ...] = (
 WINDOW_S = 600.0
 #: The slow questions (p99 of batches whose ended count moved) at most this often.
 SLOW_POLL_S = 5.0
+#: A search shows at most this many tasks (and says "100+" when the store holds more).
+SEARCH_SHOWN = 100
 #: A process whose latest heartbeat, start or finish is older than this is not counted in
 #: the fleet's threads (it stopped, or has been idle that long).
 LIVE_S = 60.0
@@ -63,6 +65,7 @@ class FleetReads(Protocol):
     def batch_ids(self) -> list[str]: ...
     def running(self) -> list[Task]: ...
     def find(self, id_or_trace: str) -> list[Task]: ...
+    def search(self, text: str, limit: int = ...) -> list[Task]: ...
     def batch_p99(self, batch_id: str) -> float | None: ...
 
 
@@ -307,11 +310,31 @@ def record_history(task: Task) -> list[HistoryLine]:
     return out
 
 
-class Watched:
-    """The tasks a lookup shows, and every change of them the polls have seen since."""
+def look_up(store: FleetReads, query: str) -> tuple[list[Task], bool]:
+    """The tasks a `/` or `:` query names: that task id or trace id, else every task (up to
+    SEARCH_SHOWN) whose id, trace, kind, batch or key contains it, as the replay's search
+    matches a part of an id. Answers the tasks and whether they came from the search."""
+    exact = store.find(query)
+    if exact:
+        return exact, False
+    return store.search(query, SEARCH_SHOWN + 1)[:SEARCH_SHOWN], True
 
-    def __init__(self, query: str, tasks: Sequence[Task], now: float) -> None:
+
+def search_count(store: FleetReads, query: str) -> tuple[int, bool]:
+    """How many tasks a search finds, counted up to SEARCH_SHOWN (and whether there are
+    more): what the prompt shows while typing."""
+    n = len(store.search(query, SEARCH_SHOWN + 1))
+    return min(n, SEARCH_SHOWN), n > SEARCH_SHOWN
+
+
+class Watched:
+    """The tasks a lookup shows, and every change of them the polls have seen since.
+    `searched`: found by a part of their names (a poll asks the search again)."""
+
+    def __init__(self, query: str, tasks: Sequence[Task], now: float,
+                 searched: bool = False) -> None:
         self.query = query
+        self.searched = searched
         self.tasks = {t.task_id: t for t in tasks}
         self.seen: dict[str, list[HistoryLine]] = {t.task_id: [] for t in tasks}
         self.t = now

@@ -346,3 +346,47 @@ def test_watching_a_postgres_schema_that_does_not_exist_creates_none(
         found = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s",
                              [schema]).fetchone()
     assert found == (0,)
+
+
+def test_search_finds_a_part_of_an_id_with_its_count_while_typing(tmp_path: Path) -> None:
+    """`/d7b9` finds task d7b9e2c4 (it needed the whole id), the prompt counts as you type,
+    and a part of a kind, batch or key finds its tasks too (issue 25, item 8)."""
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    sched.submit_batch([TaskSpec("report", task_id="d7b9e2c4", trace_id="tr-x",
+                                 idempotency_key="sku-1042")], clock(), "nightly")
+    app = open_fleet(url, poll_s=3600, clock=clock)
+
+    def info() -> str:
+        return str(app.screen.query_one("#prompt-info").render())
+
+    async def typed(pilot: Pilot[int], *keys: str) -> None:
+        await pilot.press(*keys)
+        await app.wait_idle()
+        await pilot.pause()
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        await typed(pilot, "slash", *"d7b9")
+        assert info() == "1 task"
+        await typed(pilot, *["backspace"] * 4, *"EMAIL")  # a kind, any case
+        assert info() == "5 tasks"
+        await typed(pilot, *["backspace"] * 5, *"zzz")
+        assert info() == "no match"
+        await typed(pilot, *["backspace"] * 3, *"1042", "enter")  # a part of the key
+        assert isinstance(app.screen, FleetTaskScreen)
+        assert list(app.screen.watched.tasks) == ["d7b9e2c4"]
+        await pilot.press("escape")
+        await typed(pilot, "colon", *"night", "enter")  # `:` finds a part of a batch too
+        assert isinstance(app.screen, FleetTaskScreen)
+        assert dict(app.screen.found[0])["batch"] == "nightly"
+        clock.t += 5
+        sched.cancel("d7b9e2c4", clock())
+        await poll(app, pilot)  # a searched task is read again with the poll
+        assert dict(app.screen.found[0])["state"] == "CANCELED"
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]

@@ -26,6 +26,8 @@ from tui.widgets.fleet import (
 )
 from tui.widgets.overview import OverviewPanel
 
+#: The fleet's `/` looks in more than the replay's (the store holds every name of a task).
+SEARCH_HINT = "part of a task id, trace, kind, batch or key"
 #: From this many columns the board lists every worker process beside the queue chart.
 WIDE = 150
 
@@ -67,7 +69,16 @@ class FleetBase(Screen[None]):
         """Push the model's latest poll into this screen's own widgets."""
 
     def open_prompt(self, mode: str, text: str = "") -> None:
-        self.query_one(CommandBar).open(mode, text)
+        bar = self.query_one(CommandBar)
+        bar.open(mode, text)
+        if mode == "/":
+            bar.entry.placeholder = SEARCH_HINT
+
+    def show_search(self, summary: str, miss: bool = False) -> None:
+        """What the search typed so far finds ("3 tasks", "100+ tasks", "no match")."""
+        bar = self.query_one(CommandBar)
+        if bar.is_open and bar.mode == "/":
+            bar.show_info(summary, miss)
 
 
 class FleetScreen(FleetBase):
