@@ -219,6 +219,18 @@ class BatchMemory:
         self.ids: list[str] | None = None
         self.counts: dict[str, dict[str, int]] = {}
         self.p99 = P99Cache()
+        self.ended: int | None = None  # tasks in an ended state at the last poll
+
+    def reopened(self, counts: Mapping[str, int]) -> bool:
+        """Did ended tasks leave their state since the last poll? Only an operator's retry
+        (or a prune) moves them, and a settled batch they belong to must be counted again
+        now, not at the next slow poll (the fleet said `✗1` beside `taskfuse status`'s
+        `○1` for up to 5 s). Tasks that ended in the same second can hide it; the next slow
+        poll counts every batch anyway."""
+        ended = sum(counts.get(s, 0) for s in TERMINAL_STATES)
+        moved = self.ended is not None and ended < self.ended
+        self.ended = ended
+        return moved
 
     def batch_ids(self, store: FleetReads, slow: bool) -> list[str]:
         if slow or self.ids is None:
@@ -239,9 +251,10 @@ def poll_store(store: FleetReads, now: float, slow: bool = True,
     whose ended count moved (`BatchMemory`)."""
     counts = _by_name(store.counts())
     memory = memory or BatchMemory()
+    recount = memory.reopened(counts) or slow
     batches = []
-    for b in memory.batch_ids(store, slow):
-        per = memory.counts_of(store, b, slow)
+    for b in memory.batch_ids(store, recount):
+        per = memory.counts_of(store, b, recount)
         ended = sum(per.get(s, 0) for s in ("SUCCESS", "FAILED", "TIMEOUT"))
         batches.append(BatchRow(b, per, memory.p99.get(store, b, ended, slow)))
     running = tuple(
@@ -276,6 +289,9 @@ def task_lines(task: Task, now: float) -> list[tuple[str, str]]:
         ("created", ago(task.created_at, now)), ("started", ago(task.started_at, now)),
         ("finished", ago(task.finished_at, now)), ("heartbeat", ago(task.heartbeat_at, now)),
         ("timeout", f"{task.timeout:g}s"),
+        ("operator retries", f"{task.operator_retries}, last "
+                             f"{ago(task.operator_retried_at, now)}"
+         if task.operator_retries else "–"),
         ("depends on", ", ".join(task.depends_on) or "–"),
         ("error", f"{task.error_kind}: {task.error_msg}" if task.error_kind else "–"),
     ]
@@ -293,6 +309,10 @@ class HistoryLine:
 def record_history(task: Task) -> list[HistoryLine]:
     """What the record itself tells about the task's life, in time order."""
     out = [HistoryLine(task.created_at, "submitted")]
+    if task.operator_retries:  # `taskfuse retry` moved it back to PENDING after it ended
+        times = "" if task.operator_retries == 1 else f" ({task.operator_retries} times in all)"
+        out.append(HistoryLine(task.operator_retried_at,
+                               f"retried by an operator: back to PENDING{times}"))
     if task.retry_count:
         out.append(HistoryLine(None, f"{task.retry_count} earlier attempt(s) ended in error; "
                                      f"last: {task.error_kind}: {task.error_msg}"))
@@ -362,7 +382,9 @@ def _change(old: Task, new: Task) -> str:
     notes = [f"version {new.version}"]
     if new.started_at is not None:
         notes.append(f"attempt {new.retry_count + 1}")
-    if new.error_kind and new.status is not TaskStatus.SUCCESS:
+    if new.operator_retries > old.operator_retries:
+        notes.append("retried by an operator")
+    elif new.error_kind and new.status is not TaskStatus.SUCCESS:
         notes.append(new.error_kind)
     return f"{old.status.value} -> {new.status.value} ({', '.join(notes)})"
 

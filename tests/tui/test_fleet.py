@@ -390,3 +390,65 @@ def test_search_finds_a_part_of_an_id_with_its_count_while_typing(tmp_path: Path
     finally:
         app.store.close()  # type: ignore[attr-defined]
         sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_an_operator_retry_shows_in_the_task_and_counts_equal_status(tmp_path: Path) -> None:
+    """`taskfuse retry` (a process of its own, as an operator runs it) moves a FAILED task of
+    a settled batch back to PENDING: the fleet's counts by state and the batch's progress
+    equal `taskfuse status --json` at the very next (fast) poll, and the task's view says an
+    operator retried it and when (issue 25, item 5)."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.tui.test_real_run import (
+        ROOT,
+        batch_counts,
+        nonzero,
+        state_counts,
+        status_json,
+    )
+
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    sched.claim("w-3", clock(), 5)
+    for task in sched.store.running():
+        ok = task.task_id != "t4"
+        sched.complete(task, Outcome(ok, error_kind=None if ok else "fatal",
+                                     error_msg=None if ok else "bad sku"), clock())
+    app = open_fleet(url, poll_s=3600, clock=clock)
+    app.slow_poll_s = 3600  # every poll after the first is a fast one
+
+    def agree(s: FleetScreen) -> dict[str, int]:
+        counts, batches = status_json(url)
+        shown = state_counts(text_of(s.query_one(StatesPanel)))
+        assert shown == counts
+        assert nonzero(batch_counts(text_of(s.query_one(BatchPanel)))) == nonzero(batches)
+        return counts
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        assert agree(board(app))["FAILED"] == 1
+        before = time.time()
+        subprocess.run([sys.executable, "-m", "taskfuse.cli", "retry", "--store", url, "t4"],
+                       check=True, capture_output=True, cwd=ROOT)
+        after = time.time()
+        await poll(app, pilot)  # a fast poll: the settled batch b1 is counted again
+        counts = agree(board(app))
+        assert counts["FAILED"] == 0 and counts["PENDING"] == 1
+        assert "RUNNING" in text_of(board(app).query_one(BatchPanel))  # not PARTIAL_SUCCESS
+        await pilot.press("colon", *"t4", "enter")
+        await app.wait_idle()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FleetTaskScreen)
+        assert dict(screen.found[0])["operator retries"].startswith("1, last ")
+        [line] = [h for h in screen.watched.history("t4") if "operator" in h.what]
+        assert line.what == "retried by an operator: back to PENDING"
+        assert line.t is not None and before <= line.t <= after
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]
