@@ -452,3 +452,40 @@ def test_an_operator_retry_shows_in_the_task_and_counts_equal_status(tmp_path: P
     finally:
         app.store.close()  # type: ignore[attr-defined]
         sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_the_running_table_sorts_by_a_column_and_says_so(tmp_path: Path) -> None:
+    """`>` `<` `I` sort the RUNNING table as they sort the replay's task table; its title
+    says the order, and the highlight keeps its task."""
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    app = open_fleet(url, poll_s=3600, clock=clock)
+
+    def rows(table: RunningTable) -> list[str]:
+        return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        table = board(app).query_one(RunningTable)
+        assert "longest running first" in str(table.border_title)
+        await pilot.press("greater_than_sign")  # by task id
+        await pilot.pause()
+        assert rows(table) == ["t1", "t2"] and "sort task ▲" in str(table.border_title)
+        await pilot.press("I")
+        await pilot.pause()
+        assert rows(table) == ["t2", "t1"] and "sort task ▼" in str(table.border_title)
+        assert table.highlighted_task == "t1" and table.cursor_row == 1  # it kept its task
+        await pilot.press("I", "j")  # t1 t2, the highlight on t2
+        await pilot.pause()
+        assert table.highlighted_task == "t2"
+        await pilot.press("I")  # the highlight stays on t2, now the first row
+        await pilot.pause()
+        assert table.highlighted_task == "t2" and table.cursor_row == 0
+        await poll(app, pilot)  # a poll keeps the order and the highlight
+        assert rows(table) == ["t2", "t1"] and table.highlighted_task == "t2"
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]

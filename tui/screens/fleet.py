@@ -8,12 +8,14 @@ share: the status line on top, the prompt and the key footer below.
 
 from __future__ import annotations
 
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer
 
 from tui.fleet import FleetModel, running_rows
+from tui.messages import SortChanged
 from tui.widgets.batches import BatchPanel
 from tui.widgets.commandbar import CommandBar
 from tui.widgets.fleet import (
@@ -117,7 +119,7 @@ class FleetScreen(FleetBase):
         self.set_class(self.size.width >= WIDE, "-wide")
         self.show_body()
 
-    def show_body(self) -> None:
+    def show_body(self, follow: str | None = None) -> None:
         latest = self.model.latest
         if latest is None:
             return
@@ -132,5 +134,11 @@ class FleetScreen(FleetBase):
             workers.show(self.model.workers, latest.t)
         self.query_one(BatchPanel).rows = latest.batches
         table = self.query_one(RunningTable)
-        table.border_title = f"running {len(latest.running)}"
-        table.show(running_rows(latest))
+        table.border_title = f"running {len(latest.running)} · {table.sort_text}"
+        table.show(table.ordered(running_rows(latest)),
+                   follow=follow or table.highlighted_task)
+
+    @on(SortChanged)
+    def _sorted(self, message: SortChanged) -> None:
+        message.stop()
+        self.show_body(follow=message.task)
