@@ -35,7 +35,7 @@ import numpy as np
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
-from tui.fmt import fmt_wait
+from tui.fmt import fmt_many, fmt_wait
 from tui.model import CHART_COLUMNS, TERMINAL_STATES, BatchRow, Overview, Timeline
 from tui.taskindex import TaskRow
 
@@ -314,7 +314,8 @@ def record_history(task: Task) -> list[HistoryLine]:
         out.append(HistoryLine(task.operator_retried_at,
                                f"retried by an operator: back to PENDING{times}"))
     if task.retry_count:
-        out.append(HistoryLine(None, f"{task.retry_count} earlier attempt(s) ended in error; "
+        earlier = fmt_many(task.retry_count, "earlier attempt")
+        out.append(HistoryLine(None, f"{earlier} ended in error; "
                                      f"last: {task.error_kind}: {task.error_msg}"))
     if task.started_at is not None:
         out.append(HistoryLine(task.started_at, f"attempt {task.retry_count + 1} started on "
