@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--watch", action="store_true",
                      help="run paced in front of you in the terminal monitor")
     sim.add_argument("--speed", type=float, default=10.0, metavar="F",
-                     help="with --watch: simulated seconds per wall second [10]")
+                     help="with --watch: simulated seconds per wall second, 0.25 to 1000 [10]")
 
     _sweep_parser(sub)
     _size_parser(sub)
@@ -249,9 +249,12 @@ def simulate_watched(scenario: Any, seed: int, trace: Path | None, speed: float)
     from lab.report import render_text
     from lab.run import Pacer, Stopped, run_scenario
     from tui.app import run_watch
+    from tui.model import check_speed
 
-    if speed <= 0:
-        raise ScenarioError(f"--speed must be > 0, got {speed!r}")
+    try:  # the monitor's own bound, as `lab watch --speed` has it: nan, 0, -5, 1e9 refused
+        check_speed(speed)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
     scratch = tempfile.TemporaryDirectory(prefix="lab-watch-") if trace is None else None
     path = trace if trace is not None else Path(scratch.name) / "run.trace"  # type: ignore[union-attr]
     started = threading.Event()

@@ -385,7 +385,10 @@ class MonitorApp(App[int]):
             return
         if name == "dashboard":  # a search belongs to the task table; it does not linger
             self.tasks_screen.clear_filters()
-        if self.screen is not self.get_screen(name):
+        target = self.get_screen(name)
+        if self.screen is not target:
+            if isinstance(target, MonitorScreen):  # its first rows are at the cursor's time
+                target.t = self.t
             await self.switch_screen(name)
         self._sync()
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
-from tui.fmt import fmt_wait
+from tui.fmt import fmt_many, fmt_wait
 from tui.model import CHART_COLUMNS, TERMINAL_STATES, BatchRow, Overview, Timeline
 from tui.taskindex import TaskRow
 
@@ -51,6 +51,8 @@ SERIES: tuple[str, ...] = (
 WINDOW_S = 600.0
 #: The slow questions (p99 of batches whose ended count moved) at most this often.
 SLOW_POLL_S = 5.0
+#: A search shows at most this many tasks (and says "100+" when the store holds more).
+SEARCH_SHOWN = 100
 #: A process whose latest heartbeat, start or finish is older than this is not counted in
 #: the fleet's threads (it stopped, or has been idle that long).
 LIVE_S = 60.0
@@ -63,6 +65,7 @@ class FleetReads(Protocol):
     def batch_ids(self) -> list[str]: ...
     def running(self) -> list[Task]: ...
     def find(self, id_or_trace: str) -> list[Task]: ...
+    def search(self, text: str, limit: int = ...) -> list[Task]: ...
     def batch_p99(self, batch_id: str) -> float | None: ...
 
 
@@ -216,6 +219,18 @@ class BatchMemory:
         self.ids: list[str] | None = None
         self.counts: dict[str, dict[str, int]] = {}
         self.p99 = P99Cache()
+        self.ended: int | None = None  # tasks in an ended state at the last poll
+
+    def reopened(self, counts: Mapping[str, int]) -> bool:
+        """Did ended tasks leave their state since the last poll? Only an operator's retry
+        (or a prune) moves them, and a settled batch they belong to must be counted again
+        now, not at the next slow poll (the fleet said `✗1` beside `taskfuse status`'s
+        `○1` for up to 5 s). Tasks that ended in the same second can hide it; the next slow
+        poll counts every batch anyway."""
+        ended = sum(counts.get(s, 0) for s in TERMINAL_STATES)
+        moved = self.ended is not None and ended < self.ended
+        self.ended = ended
+        return moved
 
     def batch_ids(self, store: FleetReads, slow: bool) -> list[str]:
         if slow or self.ids is None:
@@ -236,9 +251,10 @@ def poll_store(store: FleetReads, now: float, slow: bool = True,
     whose ended count moved (`BatchMemory`)."""
     counts = _by_name(store.counts())
     memory = memory or BatchMemory()
+    recount = memory.reopened(counts) or slow
     batches = []
-    for b in memory.batch_ids(store, slow):
-        per = memory.counts_of(store, b, slow)
+    for b in memory.batch_ids(store, recount):
+        per = memory.counts_of(store, b, recount)
         ended = sum(per.get(s, 0) for s in ("SUCCESS", "FAILED", "TIMEOUT"))
         batches.append(BatchRow(b, per, memory.p99.get(store, b, ended, slow)))
     running = tuple(
@@ -273,6 +289,9 @@ def task_lines(task: Task, now: float) -> list[tuple[str, str]]:
         ("created", ago(task.created_at, now)), ("started", ago(task.started_at, now)),
         ("finished", ago(task.finished_at, now)), ("heartbeat", ago(task.heartbeat_at, now)),
         ("timeout", f"{task.timeout:g}s"),
+        ("operator retries", f"{task.operator_retries}, last "
+                             f"{ago(task.operator_retried_at, now)}"
+         if task.operator_retries else "–"),
         ("depends on", ", ".join(task.depends_on) or "–"),
         ("error", f"{task.error_kind}: {task.error_msg}" if task.error_kind else "–"),
     ]
@@ -290,8 +309,13 @@ class HistoryLine:
 def record_history(task: Task) -> list[HistoryLine]:
     """What the record itself tells about the task's life, in time order."""
     out = [HistoryLine(task.created_at, "submitted")]
+    if task.operator_retries:  # `taskfuse retry` moved it back to PENDING after it ended
+        times = "" if task.operator_retries == 1 else f" ({task.operator_retries} times in all)"
+        out.append(HistoryLine(task.operator_retried_at,
+                               f"retried by an operator: back to PENDING{times}"))
     if task.retry_count:
-        out.append(HistoryLine(None, f"{task.retry_count} earlier attempt(s) ended in error; "
+        earlier = fmt_many(task.retry_count, "earlier attempt")
+        out.append(HistoryLine(None, f"{earlier} ended in error; "
                                      f"last: {task.error_kind}: {task.error_msg}"))
     if task.started_at is not None:
         out.append(HistoryLine(task.started_at, f"attempt {task.retry_count + 1} started on "
@@ -307,11 +331,31 @@ def record_history(task: Task) -> list[HistoryLine]:
     return out
 
 
-class Watched:
-    """The tasks a lookup shows, and every change of them the polls have seen since."""
+def look_up(store: FleetReads, query: str) -> tuple[list[Task], bool]:
+    """The tasks a `/` or `:` query names: that task id or trace id, else every task (up to
+    SEARCH_SHOWN) whose id, trace, kind, batch or key contains it, as the replay's search
+    matches a part of an id. Answers the tasks and whether they came from the search."""
+    exact = store.find(query)
+    if exact:
+        return exact, False
+    return store.search(query, SEARCH_SHOWN + 1)[:SEARCH_SHOWN], True
 
-    def __init__(self, query: str, tasks: Sequence[Task], now: float) -> None:
+
+def search_count(store: FleetReads, query: str) -> tuple[int, bool]:
+    """How many tasks a search finds, counted up to SEARCH_SHOWN (and whether there are
+    more): what the prompt shows while typing."""
+    n = len(store.search(query, SEARCH_SHOWN + 1))
+    return min(n, SEARCH_SHOWN), n > SEARCH_SHOWN
+
+
+class Watched:
+    """The tasks a lookup shows, and every change of them the polls have seen since.
+    `searched`: found by a part of their names (a poll asks the search again)."""
+
+    def __init__(self, query: str, tasks: Sequence[Task], now: float,
+                 searched: bool = False) -> None:
         self.query = query
+        self.searched = searched
         self.tasks = {t.task_id: t for t in tasks}
         self.seen: dict[str, list[HistoryLine]] = {t.task_id: [] for t in tasks}
         self.t = now
@@ -339,7 +383,9 @@ def _change(old: Task, new: Task) -> str:
     notes = [f"version {new.version}"]
     if new.started_at is not None:
         notes.append(f"attempt {new.retry_count + 1}")
-    if new.error_kind and new.status is not TaskStatus.SUCCESS:
+    if new.operator_retries > old.operator_retries:
+        notes.append("retried by an operator")
+    elif new.error_kind and new.status is not TaskStatus.SUCCESS:
         notes.append(new.error_kind)
     return f"{old.status.value} -> {new.status.value} ({', '.join(notes)})"
 

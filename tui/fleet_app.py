@@ -30,9 +30,12 @@ from tui.fleet import (
     FleetSample,
     Watched,
     idle_repeat,
+    look_up,
     poll_store,
+    search_count,
 )
-from tui.messages import CommandEntered, TaskChosen
+from tui.fmt import fmt_many
+from tui.messages import CommandEntered, PromptClosed, SearchChanged, TaskChosen
 from tui.poller import Poller
 from tui.quitting import INTERRUPTED, QUIT_BINDINGS, catch_sigint
 from tui.screens.fleet import FleetBase, FleetScreen
@@ -73,13 +76,24 @@ class FleetPollFailed(Message):
 
 
 class TasksFound(Message):
-    """What `store.find` answered for a task_id or trace_id."""
+    """What a lookup found (`look_up`): that task or trace, else the search's tasks."""
 
-    def __init__(self, query: str, found: list[Task], t: float) -> None:
+    def __init__(self, query: str, found: list[Task], t: float, searched: bool = False) -> None:
         super().__init__()
         self.query = query
         self.found = found
         self.t = t
+        self.searched = searched
+
+
+class SearchCounted(Message):
+    """How many tasks a search typed so far finds (up to SEARCH_SHOWN; `more`: past it)."""
+
+    def __init__(self, query: str, n: int, more: bool) -> None:
+        super().__init__()
+        self.query = query
+        self.n = n
+        self.more = more
 
 
 def scrub(error: BaseException, url: str) -> str:
@@ -131,6 +145,8 @@ class FleetApp(App[int]):
         self._quiet = False  # the latest poll found nothing new (`idle_repeat`)
         self._drawn_at = -math.inf  # when the board was last redrawn for a poll (monotonic)
         self._force_draw = False
+        self._typed: str | None = None  # the search typed so far, not yet counted
+        self._counting = False  # a count of a typed search is on the poller
 
     def on_mount(self) -> None:
         if self.sigint:
@@ -191,7 +207,7 @@ class FleetApp(App[int]):
         """On the poller thread."""
         try:
             sample = poll_store(self.store, now, slow, self._batches)
-            found = self.store.find(watched) if watched is not None else None
+            found = look_up(self.store, watched)[0] if watched is not None else None
             self.post_message(FleetPolled(sample, found))
         except Exception as exc:  # a store outage is shown, never raised into the UI
             self.post_message(FleetPollFailed(scrub(exc, self.url)))
@@ -199,11 +215,20 @@ class FleetApp(App[int]):
     def _find(self, query: str) -> None:
         """On the poller thread."""
         try:
-            tasks = self.store.find(query)
+            tasks, searched = look_up(self.store, query)
         except Exception as exc:
             self.post_message(FleetPollFailed(scrub(exc, self.url), lookup=True))
             return
-        self.post_message(TasksFound(query, tasks, self.clock()))
+        self.post_message(TasksFound(query, tasks, self.clock(), searched))
+
+    def _count(self, query: str) -> None:
+        """On the poller thread."""
+        try:
+            n, more = search_count(self.store, query)
+        except Exception as exc:
+            self.post_message(FleetPollFailed(scrub(exc, self.url), lookup=True))
+            return
+        self.post_message(SearchCounted(query, n, more))
 
     def on_fleet_polled(self, message: FleetPolled) -> None:
         self._quiet = idle_repeat(self.model.latest, message.sample) and self.error is None
@@ -226,6 +251,7 @@ class FleetApp(App[int]):
     def on_fleet_poll_failed(self, message: FleetPollFailed) -> None:
         self.error = message.error
         if message.lookup:
+            self._counting = False
             self._sync()
             self._answered()
         else:
@@ -255,17 +281,54 @@ class FleetApp(App[int]):
 
     async def on_tasks_found(self, message: TasksFound) -> None:
         if not message.found:
-            self.notify(f"no task or trace {message.query!r} in the store", severity="warning")
+            self.notify(f"no task id, trace, kind, batch or key in the store holds "
+                        f"{message.query!r}", severity="warning")
         else:
-            await self.push_screen(FleetTaskScreen(
-                self.model, Watched(message.query, message.found, message.t)))
+            await self.push_screen(FleetTaskScreen(self.model, Watched(
+                message.query, message.found, message.t, message.searched)))
             self._sync()
         self._answered()
+
+    # -- the search typed so far: its count on the prompt, one query on the poller at a time
+
+    @on(SearchChanged)
+    def _search_changed(self, message: SearchChanged) -> None:
+        self._typed = message.text.strip()
+        self._count_typed()
+
+    @on(PromptClosed)
+    def _prompt_closed(self, message: PromptClosed) -> None:
+        self._typed = None
+
+    def _count_typed(self) -> None:
+        """Count the latest text typed, unless a count is on the poller (its answer asks
+        again): typing fast sends one query per answer, not one per key."""
+        if self._counting or self._typed is None:
+            return
+        query, self._typed = self._typed, None
+        if not query:
+            self._show_count("", False)
+            return
+        self._counting = True
+        self._submit(lambda: self._count(query))
+
+    def on_search_counted(self, message: SearchCounted) -> None:
+        self._counting = False
+        if self._typed is None:  # the answer is for what the prompt holds now
+            n = f"{message.n}+ tasks" if message.more else fmt_many(message.n, "task")
+            self._show_count(n if message.n else "no match", not message.n)
+        self._count_typed()
+        self._answered()
+
+    def _show_count(self, text: str, miss: bool) -> None:
+        if isinstance(self.screen, FleetBase):
+            self.screen.show_search(text, miss)
 
     @on(CommandEntered)
     async def _command(self, message: CommandEntered) -> None:
         text = message.text.strip()
         low = text.lower()
+        self._typed = None
         if message.mode == ":" and low in ("q", "quit", "q!"):
             self.exit(0)
             return

@@ -99,3 +99,14 @@ class TaskChosen(Message):
     def __init__(self, task_id: str) -> None:
         super().__init__()
         self.task_id = task_id
+
+
+class SortChanged(Message):
+    """The task table's sort column or direction changed (`<` `>` `I`): the screen refills it
+    in the new order (the whole selection, not one window)."""
+
+    def __init__(self, column: str | None, descending: bool, task: str | None) -> None:
+        super().__init__()
+        self.column = column
+        self.descending = descending
+        self.task = task  # highlighted before: it stays highlighted in the new order

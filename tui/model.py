@@ -561,7 +561,7 @@ def check_speed(speed: float) -> float:
     otherwise: -5, 0, nan and 1e9 used to become x0.25 or x1000 without a word."""
     lo, hi = SPEEDS[0], SPEEDS[-1]
     if not (math.isfinite(speed) and lo <= speed <= hi):
-        raise ValueError(f"--speed {speed!r} is out of range: expected a replay speed from "
+        raise ValueError(f"--speed {speed!r} is out of range: expected a speed from "
                          f"{lo:g} to {hi:g} (x{lo:g} .. x{hi:g})")
     return snap_speed(speed)
 

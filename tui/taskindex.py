@@ -261,6 +261,7 @@ class TaskIndex:
         self.task_search = WordSearch(self.words["task_id"])
         self.trace_search = WordSearch(self.words["trace_id"])
         self._batch_cache: tuple[Any, ...] | None = None
+        self._rank_cache: dict[str, np.ndarray] = {}
 
     @property
     def n_events(self) -> int:
@@ -402,6 +403,55 @@ class TaskIndex:
             wanted[tasks] = True
             mask &= wanted[self._task_of_iv(n)]
         return Selection(np.flatnonzero(mask)[::-1])
+
+    def position(self, selection: Selection, task_id: str) -> int | None:
+        """Where task `task_id` is in `selection` (its row), None if it is not there."""
+        code = self.task_code(task_id)
+        if code is None or not len(selection):
+            return None
+        tasks = self._ev["task_id"].v[self._iv["ev"].v[selection.hits]]
+        found = np.flatnonzero(tasks == code)
+        return int(found[0]) if len(found) else None
+
+    def order(self, selection: Selection, column: str | None, descending: bool = False
+              ) -> Selection:
+        """The selection sorted by a task-table column (`COLUMN_KEYS`), ties in its own
+        order (newest change first); no column: that order, reversed if `descending`.
+        Names sort as text through their vocabulary's ranks (cached while it does not
+        grow), so a million rows sort in one numpy pass."""
+        hits = selection.hits
+        if column is None:
+            return Selection(hits[::-1]) if descending else selection
+        key = self._sort_key(hits, column)
+        return Selection(hits[np.argsort(-key if descending else key, kind="stable")])
+
+    def _sort_key(self, hits: np.ndarray, column: str) -> np.ndarray:
+        ev = self._iv["ev"].v[hits]
+        if column == "state":
+            return self._iv["state"].v[hits].astype(np.int64)
+        if column == "since":
+            return self._iv["start"].v[hits]
+        if column == "try":
+            return np.nan_to_num(self._ev["attempt"].v[ev], nan=-1.0)
+        vocab = {"task": "task_id", "batch": "batch_id", "trace": "trace_id",
+                 "worker": "worker", "last reason": "reason"}[column]
+        codes = self._ev[vocab].v[ev].astype(np.int64)
+        owner = {"batch_id": self._task_batch, "trace_id": self._task_trace}.get(vocab)
+        if owner is not None:  # as `_row` shows them: the event's, else the task's
+            task = self._ev["task_id"].v[ev]
+            codes = np.where(codes >= 0, codes, owner[task])
+        ranks = self._ranks(vocab)
+        return np.where(codes >= 0, ranks[np.maximum(codes, 0)], -1)
+
+    def _ranks(self, vocab: str) -> np.ndarray:
+        """Each word's place in its vocabulary sorted as text."""
+        words = self.words[vocab]
+        cached = self._rank_cache.get(vocab)
+        if cached is None or len(cached) != len(words):
+            ranks = np.empty(len(words), np.int64)
+            ranks[np.argsort(np.array(words, dtype=str), kind="stable")] = np.arange(len(words))
+            cached = self._rank_cache[vocab] = ranks if len(words) else np.zeros(1, np.int64)
+        return cached
 
     def rows(self, selection: Selection, offset: int = 0, limit: int = 300) -> list[TaskRow]:
         """One page of a selection as table rows."""

@@ -20,7 +20,7 @@ from typing import Any
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
-from taskfuse.store.sql import CANCEL_FROM
+from taskfuse.store.sql import CANCEL_FROM, SEARCH_LIMIT
 
 _PENDING = TaskStatus.PENDING
 _RUNNING = TaskStatus.RUNNING
@@ -407,6 +407,15 @@ class MemoryStore:
             found.insert(0, task)
         return found
 
+    def search(self, text: str, limit: int = SEARCH_LIMIT) -> list[Task]:
+        """As the SQL stores' (`NamedQueryReads.search`): a part of id, trace, kind, batch or
+        key, ASCII case folded, newest first, at most `limit`."""
+        want = _ascii_fold(text)
+        found = [t for t in reversed(self._tasks.values())
+                 if any(want in _ascii_fold(v) for v in (t.task_id, t.trace_id, t.kind,
+                                                         t.batch_id, t.idempotency_key) if v)]
+        return found[: max(1, min(int(limit), SEARCH_LIMIT))]
+
     def overdue(self, now: float) -> list[Task]:
         return self._due(self._deadlines, now, _RUNNING)
 
@@ -565,3 +574,11 @@ class LockedStore:
 
     def __repr__(self) -> str:
         return f"LockedStore({self.inner!r})"
+
+
+def _ascii_fold(text: str) -> str:
+    """Lower case for ASCII letters only, as SQLite's LIKE folds."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

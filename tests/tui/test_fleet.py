@@ -346,3 +346,146 @@ def test_watching_a_postgres_schema_that_does_not_exist_creates_none(
         found = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s",
                              [schema]).fetchone()
     assert found == (0,)
+
+
+def test_search_finds_a_part_of_an_id_with_its_count_while_typing(tmp_path: Path) -> None:
+    """`/d7b9` finds task d7b9e2c4 (it needed the whole id), the prompt counts as you type,
+    and a part of a kind, batch or key finds its tasks too (issue 25, item 8)."""
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    sched.submit_batch([TaskSpec("report", task_id="d7b9e2c4", trace_id="tr-x",
+                                 idempotency_key="sku-1042")], clock(), "nightly")
+    app = open_fleet(url, poll_s=3600, clock=clock)
+
+    def info() -> str:
+        return str(app.screen.query_one("#prompt-info").render())
+
+    async def typed(pilot: Pilot[int], *keys: str) -> None:
+        await pilot.press(*keys)
+        await app.wait_idle()
+        await pilot.pause()
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        await typed(pilot, "slash", *"d7b9")
+        assert info() == "1 task"
+        await typed(pilot, *["backspace"] * 4, *"EMAIL")  # a kind, any case
+        assert info() == "5 tasks"
+        await typed(pilot, *["backspace"] * 5, *"zzz")
+        assert info() == "no match"
+        await typed(pilot, *["backspace"] * 3, *"1042", "enter")  # a part of the key
+        assert isinstance(app.screen, FleetTaskScreen)
+        assert list(app.screen.watched.tasks) == ["d7b9e2c4"]
+        await pilot.press("escape")
+        await typed(pilot, "colon", *"night", "enter")  # `:` finds a part of a batch too
+        assert isinstance(app.screen, FleetTaskScreen)
+        assert dict(app.screen.found[0])["batch"] == "nightly"
+        clock.t += 5
+        sched.cancel("d7b9e2c4", clock())
+        await poll(app, pilot)  # a searched task is read again with the poll
+        assert dict(app.screen.found[0])["state"] == "CANCELED"
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_an_operator_retry_shows_in_the_task_and_counts_equal_status(tmp_path: Path) -> None:
+    """`taskfuse retry` (a process of its own, as an operator runs it) moves a FAILED task of
+    a settled batch back to PENDING: the fleet's counts by state and the batch's progress
+    equal `taskfuse status --json` at the very next (fast) poll, and the task's view says an
+    operator retried it and when (issue 25, item 5)."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.tui.test_real_run import (
+        ROOT,
+        batch_counts,
+        nonzero,
+        state_counts,
+        status_json,
+    )
+
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    sched.claim("w-3", clock(), 5)
+    for task in sched.store.running():
+        ok = task.task_id != "t4"
+        sched.complete(task, Outcome(ok, error_kind=None if ok else "fatal",
+                                     error_msg=None if ok else "bad sku"), clock())
+    app = open_fleet(url, poll_s=3600, clock=clock)
+    app.slow_poll_s = 3600  # every poll after the first is a fast one
+
+    def agree(s: FleetScreen) -> dict[str, int]:
+        counts, batches = status_json(url)
+        shown = state_counts(text_of(s.query_one(StatesPanel)))
+        assert shown == counts
+        assert nonzero(batch_counts(text_of(s.query_one(BatchPanel)))) == nonzero(batches)
+        return counts
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        assert agree(board(app))["FAILED"] == 1
+        before = time.time()
+        subprocess.run([sys.executable, "-m", "taskfuse.cli", "retry", "--store", url, "t4"],
+                       check=True, capture_output=True, cwd=ROOT)
+        after = time.time()
+        await poll(app, pilot)  # a fast poll: the settled batch b1 is counted again
+        counts = agree(board(app))
+        assert counts["FAILED"] == 0 and counts["PENDING"] == 1
+        assert "RUNNING" in text_of(board(app).query_one(BatchPanel))  # not PARTIAL_SUCCESS
+        await pilot.press("colon", *"t4", "enter")
+        await app.wait_idle()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FleetTaskScreen)
+        assert dict(screen.found[0])["operator retries"].startswith("1, last ")
+        [line] = [h for h in screen.watched.history("t4") if "operator" in h.what]
+        assert line.what == "retried by an operator: back to PENDING"
+        assert line.t is not None and before <= line.t <= after
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]
+
+
+def test_the_running_table_sorts_by_a_column_and_says_so(tmp_path: Path) -> None:
+    """`>` `<` `I` sort the RUNNING table as they sort the replay's task table; its title
+    says the order, and the highlight keeps its task."""
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    app = open_fleet(url, poll_s=3600, clock=clock)
+
+    def rows(table: RunningTable) -> list[str]:
+        return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        table = board(app).query_one(RunningTable)
+        assert "longest running first" in str(table.border_title)
+        await pilot.press("greater_than_sign")  # by task id
+        await pilot.pause()
+        assert rows(table) == ["t1", "t2"] and "sort task ▲" in str(table.border_title)
+        await pilot.press("I")
+        await pilot.pause()
+        assert rows(table) == ["t2", "t1"] and "sort task ▼" in str(table.border_title)
+        assert table.highlighted_task == "t1" and table.cursor_row == 1  # it kept its task
+        await pilot.press("I", "j")  # t1 t2, the highlight on t2
+        await pilot.pause()
+        assert table.highlighted_task == "t2"
+        await pilot.press("I")  # the highlight stays on t2, now the first row
+        await pilot.pause()
+        assert table.highlighted_task == "t2" and table.cursor_row == 0
+        await poll(app, pilot)  # a poll keeps the order and the highlight
+        assert rows(table) == ["t2", "t1"] and table.highlighted_task == "t2"
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]

@@ -194,3 +194,18 @@ def test_a_watched_task_collects_the_changes_polls_see(tmp_path: Path) -> None:
     assert seen[0] == (102.0, "PENDING -> RUNNING (version 1, attempt 1)")
     assert seen[1][0] == 104.0 and seen[1][1].startswith("RUNNING -> PENDING")
     assert "http_503" in seen[1][1]
+
+
+def test_record_history_counts_in_words_and_names_the_operator() -> None:
+    from taskfuse.core.states import TaskStatus
+    from taskfuse.core.task import Task
+    from tui.fleet import record_history
+
+    task = Task(task_id="t", kind="k", status=TaskStatus.PENDING, retry_count=1,
+                error_kind="http_503", error_msg="busy", created_at=10.0,
+                operator_retries=2, operator_retried_at=50.0)
+    lines = [(h.t, h.what) for h in record_history(task)]
+    assert lines == [
+        (10.0, "submitted"),
+        (50.0, "retried by an operator: back to PENDING (2 times in all)"),
+        (None, "1 earlier attempt ended in error; last: http_503: busy")]

@@ -66,3 +66,17 @@ def test_the_fleet_view_of_a_store_without_batches_says_store(tmp_path: Path) ->
         asyncio.run(main())
     finally:
         app.store.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("speed", ["nan", "0", "-5", "inf", "1e9"])
+def test_simulate_watch_refuses_the_same_speeds_in_one_line(
+        speed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lab simulate --watch --speed` is bounded by the monitor's own ladder (one place):
+    nan passed `speed <= 0` and started a run that never moved."""
+    from tests.tui.conftest import SCENARIO
+
+    assert lab_main(["simulate", str(SCENARIO), "--watch", "--no-trace",
+                     "--speed", speed]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lab: --speed ")
+    assert "0.25 to 1000" in err

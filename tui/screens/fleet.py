@@ -8,12 +8,14 @@ share: the status line on top, the prompt and the key footer below.
 
 from __future__ import annotations
 
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer
 
 from tui.fleet import FleetModel, running_rows
+from tui.messages import SortChanged
 from tui.widgets.batches import BatchPanel
 from tui.widgets.commandbar import CommandBar
 from tui.widgets.fleet import (
@@ -26,6 +28,8 @@ from tui.widgets.fleet import (
 )
 from tui.widgets.overview import OverviewPanel
 
+#: The fleet's `/` looks in more than the replay's (the store holds every name of a task).
+SEARCH_HINT = "part of a task id, trace, kind, batch or key"
 #: From this many columns the board lists every worker process beside the queue chart.
 WIDE = 150
 
@@ -67,7 +71,16 @@ class FleetBase(Screen[None]):
         """Push the model's latest poll into this screen's own widgets."""
 
     def open_prompt(self, mode: str, text: str = "") -> None:
-        self.query_one(CommandBar).open(mode, text)
+        bar = self.query_one(CommandBar)
+        bar.open(mode, text)
+        if mode == "/":
+            bar.entry.placeholder = SEARCH_HINT
+
+    def show_search(self, summary: str, miss: bool = False) -> None:
+        """What the search typed so far finds ("3 tasks", "100+ tasks", "no match")."""
+        bar = self.query_one(CommandBar)
+        if bar.is_open and bar.mode == "/":
+            bar.show_info(summary, miss)
 
 
 class FleetScreen(FleetBase):
@@ -106,7 +119,7 @@ class FleetScreen(FleetBase):
         self.set_class(self.size.width >= WIDE, "-wide")
         self.show_body()
 
-    def show_body(self) -> None:
+    def show_body(self, follow: str | None = None) -> None:
         latest = self.model.latest
         if latest is None:
             return
@@ -121,5 +134,11 @@ class FleetScreen(FleetBase):
             workers.show(self.model.workers, latest.t)
         self.query_one(BatchPanel).rows = latest.batches
         table = self.query_one(RunningTable)
-        table.border_title = f"running {len(latest.running)}"
-        table.show(running_rows(latest))
+        table.border_title = f"running {len(latest.running)} · {table.sort_text}"
+        table.show(table.ordered(running_rows(latest)),
+                   follow=follow or table.highlighted_task)
+
+    @on(SortChanged)
+    def _sorted(self, message: SortChanged) -> None:
+        message.stop()
+        self.show_body(follow=message.task)

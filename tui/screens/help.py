@@ -31,16 +31,19 @@ MONITOR_KEYS: tuple[Keys, Keys] = (
     (("views", (("d t", "dashboard / tasks"), ("enter", "a task's history"),
                 ("esc", "back, clear search"))),
      ("task table", (("/", "search task, trace ids"), ("0-6 s", "filter by state"),
-                     ("↑↓ jk pgup pgdn", "scroll all tasks"), ("g G", "first / last task"))),
+                     ("↑↓ jk pgup pgdn", "scroll all tasks"), ("g G", "first / last task"),
+                     ("< > I", "sort / reverse"))),
      ("app", (("T", "light / dark theme"), ("?", "this help"), *QUIT_HELP))),
 )
 #: The fleet view's keys.
 FLEET_KEYS: tuple[Keys, Keys] = (
     (("views", (("b", "board: queue, batches"), ("w", "workers"),
-                ("enter", "look a task up"), ("esc", "back"))),
+                ("enter", "look a task up"), ("< > I", "sort running / reverse"),
+                ("esc", "back"))),
      ("app", (("r", "poll the store now"), ("T", "light / dark theme"), ("?", "this help"),
               *QUIT_HELP))),
-    (("find", (("/ :ID", "a task or trace id"), (":board :workers", "a view"),
+    (("find", (("/ :TEXT", "part of id, trace, kind, batch, key"),
+               (":board :workers", "a view"),
                (":help :quit", ""))),
      ("workers view", (("threads", "its own, or seen"), ("busy", "tasks RUNNING now"),
                        ("heartbeat", "latest beat"), ("done errors", "attempts / failed"))),

@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from tui.fmt import fmt_count, fmt_many, fmt_pct
-from tui.messages import PageMove
+from tui.messages import PageMove, SortChanged
 from tui.screens.base import MonitorScreen
 from tui.search import Found
 from tui.taskindex import STATES, Selection
@@ -56,11 +56,11 @@ class TasksScreen(MonitorScreen):
 
     def watch_state(self) -> None:
         self.first_row = 0
-        self.show()
+        self.show(follow=False)
 
     def watch_query_text(self) -> None:
         self.first_row = 0
-        self.show()
+        self.show(follow=False)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self.show)
@@ -92,20 +92,33 @@ class TasksScreen(MonitorScreen):
 
     def selection(self) -> Selection:
         found = self.found()
-        key = (self.t, self.state, self.query_text, self.model.tasks.n_events)
+        table = self.query_one(TaskTable)
+        key = (self.t, self.state, self.query_text, self.model.tasks.n_events, table.sort,
+               table.descending)
         if self._selection is None or self._selection[0] != key:
             codes = None if found is None else found.codes
-            self._selection = (key, self.model.tasks.select(self.t, self.state, codes))
+            tasks = self.model.tasks
+            chosen = tasks.select(self.t, self.state, codes)
+            self._selection = (key, tasks.order(chosen, table.sort, table.descending))
         return self._selection[1]
 
-    def show(self) -> None:
+    def show(self, follow: bool = True, task: str | None = None) -> None:
+        """Refill the table at the cursor's time. With `follow` (a new time, new events, a
+        new sort) the highlighted task keeps its place on screen and the window moves with
+        it; paging and a new filter (`follow=False`) move the window instead. `task`: the
+        one to keep highlighted when the table no longer has it (a new sort cleared it)."""
         if not self.is_mounted:
             return
         table = self.query_one(TaskTable)
         sel = self.selection()
         page = table.page_rows
+        task = (task or table.highlighted_task) if follow else None
+        at = None if task is None else self.model.tasks.position(sel, task)
+        if at is not None:
+            self.first_row = at - table.cursor_row
         self.first_row = max(0, min(self.first_row, len(sel) - page))
-        table.show(self.model.tasks.rows(sel, self.first_row, page), self.first_row, len(sel))
+        table.show(self.model.tasks.rows(sel, self.first_row, page), self.first_row, len(sel),
+                   follow=task)
         self.query_one("#task-filter", Static).update(self._header(len(sel), page))
         self._show_search(len(sel))
 
@@ -143,7 +156,7 @@ class TasksScreen(MonitorScreen):
         first, last = self.first_row + 1, min(total, self.first_row + page)
         rows = f"rows {fmt_count(first)}-{fmt_count(last)} of {fmt_count(total)}" if total \
             else "no tasks"
-        tail = [Text(rows, "dim")]
+        tail = [Text(rows, "dim"), Text(self.query_one(TaskTable).sort_text, "dim")]
         if self.query_text:
             summary, miss = self.search_summary(self.found(), total)
             tail.append(Text(f"/{self.query_text}: {summary}", "yellow" if miss else "dim"))
@@ -151,6 +164,11 @@ class TasksScreen(MonitorScreen):
             tail.append(Text(f"loading {fmt_pct(counts.loaded)}: counts only grow", "yellow"))
         out.append_text(flow(tail, width, indent=0))
         return out
+
+    @on(SortChanged)
+    def _sorted(self, message: SortChanged) -> None:
+        message.stop()
+        self.show(task=message.task)  # it stays highlighted, wherever the sort puts it
 
     @on(PageMove)
     def _page(self, message: PageMove) -> None:
@@ -165,4 +183,4 @@ class TasksScreen(MonitorScreen):
             table.move_cursor(row=page - 1)
         else:
             self.first_row = max(0, min(self.first_row + message.rows, total - page))
-        self.show()
+        self.show(follow=False)

@@ -3,9 +3,9 @@ in brief and in full, and the RUNNING table (the task table with an age column).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.console import Group
 from rich.table import Table
@@ -129,6 +129,19 @@ class RunningTable(TaskTable):
         ("task", "task"), ("age", "age"), ("try", "try"), ("worker", "worker"),
         ("batch", "batch"), ("trace", "trace"), ("kind", "kind"))
     PAGED: ClassVar[bool] = False
+    DEFAULT_ORDER: ClassVar[str] = "longest running first"
+    #: What each column sorts by (all rows are here: a fleet runs hundreds at most).
+    SORT_BY: ClassVar[dict[str, Callable[[TaskRow], Any]]] = {
+        "task": lambda r: r.task_id, "age": lambda r: r.since,
+        "try": lambda r: r.attempt or 0, "worker": lambda r: r.worker or "",
+        "batch": lambda r: r.batch_id or "", "trace": lambda r: r.trace_id or "",
+        "kind": lambda r: r.reason or ""}
+
+    def ordered(self, rows: list[TaskRow]) -> list[TaskRow]:
+        """`rows` (longest running first) in the table's sort (`<` `>` `I`)."""
+        if self.sort is None:
+            return rows[::-1] if self.descending else rows
+        return sorted(rows, key=self.SORT_BY[self.sort], reverse=self.descending)
 
     def cells(self, r: TaskRow) -> tuple[object, ...]:
         return (r.task_id, fmt_t(r.since), "" if r.attempt is None else str(r.attempt),

@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 from tui.fmt import fmt_t, safe_text
-from tui.messages import PageMove, TaskChosen
+from tui.messages import PageMove, SortChanged, TaskChosen
 from tui.taskindex import TaskRow
 from tui.widgets.styling import COMPONENTS, STATE_TONE, tone
 
@@ -33,7 +33,14 @@ class TaskTable(DataTable[object]):
         Binding("G", "page_to('last')", "last", show=False),
         Binding("j", "cursor_down", "down", show=False),  # vi keys, as in k9s and htop
         Binding("k", "cursor_up", "up", show=False),
+        # htop's sort keys: < > choose the column, I inverts (k9s shows the sort the same way)
+        Binding("greater_than_sign,full_stop", "sort_by(1)", "sort", key_display=">",
+                show=False),
+        Binding("less_than_sign,comma", "sort_by(-1)", "sort back", show=False),
+        Binding("I", "sort_invert", "reverse", show=False),
     ]
+    #: What the rows are in when no column is chosen (the header says so).
+    DEFAULT_ORDER: ClassVar[str] = "newest change first"
     #: The columns; the fleet's table of RUNNING tasks names its own.
     COLUMNS: ClassVar[tuple[tuple[str, str], ...]] = tuple((c, c) for c in COLUMNS)
     #: Windowed (the screen refills it on PageMove); an unpaged table holds all its rows.
@@ -43,10 +50,42 @@ class TaskTable(DataTable[object]):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.first_row = 0  # index of the first row shown in the whole selection
         self.total = 0
+        self.sort: str | None = None  # the column key the rows are sorted by (None: default)
+        self.descending = False
 
     def on_mount(self) -> None:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        """The columns, the sorted one marked ▲ or ▼ (as k9s and htop mark it)."""
         for name, key in self.COLUMNS:
-            self.add_column(name, key=key)
+            mark = "" if key != self.sort else " ▼" if self.descending else " ▲"
+            self.add_column(Text(name + mark, "bold" if mark else ""), key=key)
+
+    @property
+    def sort_text(self) -> str:
+        """The order of the rows in words: `sort since ▼`, or the default order."""
+        if self.sort is None:
+            return f"{self.DEFAULT_ORDER}{', reversed' if self.descending else ''}"
+        name = next(n for n, k in self.COLUMNS if k == self.sort)
+        return f"sort {name} {'▼' if self.descending else '▲'}"
+
+    def action_sort_by(self, step: int) -> None:
+        """The next (or previous) column to sort by, then the default order again."""
+        keys = [None, *(k for _, k in self.COLUMNS)]
+        self.sort = keys[(keys.index(self.sort) + step) % len(keys)]
+        self.descending = False
+        self._sort_changed()
+
+    def action_sort_invert(self) -> None:
+        self.descending = not self.descending
+        self._sort_changed()
+
+    def _sort_changed(self) -> None:
+        task = self.highlighted_task
+        self.clear(columns=True)
+        self._add_columns()
+        self.post_message(SortChanged(self.sort, self.descending, task))
 
     def on_resize(self) -> None:
         if self.PAGED:
@@ -57,13 +96,18 @@ class TaskTable(DataTable[object]):
         """How many rows fit (the header takes one line)."""
         return max(1, self.size.height - 1 - (1 if self.show_horizontal_scrollbar else 0))
 
-    def show(self, rows: list[TaskRow], offset: int = 0, total: int | None = None) -> None:
-        """Replace the rows with one window of the selection, keeping the cursor's row."""
+    def show(self, rows: list[TaskRow], offset: int = 0, total: int | None = None,
+             follow: str | None = None) -> None:
+        """Replace the rows with one window of the selection. The cursor stays on task
+        `follow` when the rows hold it (rows move under a playing cursor: the highlight
+        belongs to its task, not to a row), else on its row."""
         keep = self.cursor_row
         self.first_row, self.total = offset, len(rows) if total is None else total
         self.clear()
-        for r in rows:
+        for k, r in enumerate(rows):
             self.add_row(*self.cells(r), key=r.task_id)
+            if r.task_id == follow:
+                keep = k
         if rows:
             self.move_cursor(row=min(keep, len(rows) - 1), animate=False, scroll=False)
         if self.PAGED:

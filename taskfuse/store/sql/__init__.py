@@ -165,6 +165,17 @@ def swap_values(new: Task, expected: int) -> dict[str, Any]:
     }
 
 
+#: At most this many tasks answer one search (the fleet view shows "200+" past it).
+SEARCH_LIMIT = 200
+
+
+def like_pattern(text: str) -> str:
+    """`text` as a LIKE pattern that matches it anywhere, its own `%`, `_` and `\\`
+    escaped (the queries say ESCAPE '\\'): `50%_off` finds only that text."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 class NamedQueryReads:
     """The Store protocol's reads that are one named query each, shared by both dialects.
 
@@ -218,6 +229,13 @@ class NamedQueryReads:
         value = self._scalar("workers")
         rows = json.loads(value) if isinstance(value, str) else value or []
         return [beat_of(row) for row in rows]
+
+    def search(self, text: str, limit: int = SEARCH_LIMIT) -> list[Task]:
+        """Tasks whose id, trace, kind, batch or idempotency key contains `text` (ASCII case
+        folded), newest first, at most `limit` (1..SEARCH_LIMIT): the fleet view's `/`, so a
+        part of an id finds its task. A scan, bounded in rows, never an index lookup."""
+        limit = max(1, min(int(limit), SEARCH_LIMIT))
+        return self._tasks("search_tasks", {"pattern": like_pattern(text), "limit": limit})
 
     def batch_p99(self, batch_id: str) -> float | None:
         """Nearest-rank p99 of the last-attempt durations of a batch's ended tasks."""

@@ -10,6 +10,17 @@ SELECT {task} FROM tasks
 WHERE task_id = %(key)s OR trace_id = %(key)s
 ORDER BY (task_id = %(key)s AND trace_id <> %(key)s) DESC, seq
 
+-- search_tasks --
+-- The fleet view's `/`: tasks whose id, trace, kind, batch or idempotency key contains the
+-- text (any case), newest first, at most %(limit)s. The pattern comes escaped
+-- (`like_pattern`): %% and _ in the text match themselves.
+SELECT {task} FROM tasks
+WHERE task_id ILIKE %(pattern)s ESCAPE '\' OR trace_id ILIKE %(pattern)s ESCAPE '\'
+   OR kind ILIKE %(pattern)s ESCAPE '\' OR batch_id ILIKE %(pattern)s ESCAPE '\'
+   OR idempotency_key ILIKE %(pattern)s ESCAPE '\'
+ORDER BY seq DESC
+LIMIT %(limit)s
+
 -- existing_id --
 SELECT task_id FROM tasks WHERE task_id = ANY(%(ids)s) LIMIT 1
 

@@ -10,6 +10,17 @@ SELECT {task} FROM tasks
 WHERE task_id = :key OR trace_id = :key
 ORDER BY (task_id = :key AND trace_id <> :key) DESC, seq
 
+-- search_tasks --
+-- The fleet view's `/`: tasks whose id, trace, kind, batch or idempotency key contains the
+-- text (ASCII case folded by LIKE), newest first, at most :limit. The pattern comes escaped
+-- (`like_pattern`): % and _ in the text match themselves.
+SELECT {task} FROM tasks
+WHERE task_id LIKE :pattern ESCAPE '\' OR trace_id LIKE :pattern ESCAPE '\'
+   OR kind LIKE :pattern ESCAPE '\' OR batch_id LIKE :pattern ESCAPE '\'
+   OR idempotency_key LIKE :pattern ESCAPE '\'
+ORDER BY seq DESC
+LIMIT :limit
+
 -- existing_ids --
 SELECT task_id FROM tasks WHERE task_id IN (SELECT value FROM json_each(:ids))
 
