@@ -151,7 +151,7 @@ def test_running_tasks_show_their_age_and_a_lost_store_is_shown_not_raised(
         await pilot.press("escape")
         app.store.close()  # type: ignore[attr-defined]
         await poll(app, pilot)
-        bar = text_of(board(app).query_one(FleetBar))
+        bar = " ".join(text_of(board(app).query_one(FleetBar)).split())  # flowed: any width
         assert bar.startswith("ERROR SQLiteStore"), bar
         assert app.error is not None and "closed" in app.error
         assert board(app).query_one(RunningTable).row_count == 2  # the last good poll stays

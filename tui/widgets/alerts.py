@@ -25,7 +25,7 @@ class AlertPanel(Panel):
         self.border_title = "alerts"
 
     def render(self) -> Text:
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         if not self.known:
             n = "?" if self.firing is None else str(self.firing)
             return flow([Text(f"{n} firing", tone(self, "tf--warn")),

@@ -40,7 +40,7 @@ class BatchPanel(Panel):
     def render(self) -> Text:
         if not self.rows:
             return Text(self.empty_text, tone(self, "tf--dim"))
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         shown, rest = self._pick()
         name_w = max(safe_text(b.batch_id).cell_len for b in shown)
         tails = [self._tails(b) for b in shown]

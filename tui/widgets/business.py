@@ -27,7 +27,7 @@ class BusinessPanel(Panel):
 
     def render(self) -> Text:
         d = self.data
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         if d is None or not d.present:
             return Text("no business traffic in this trace", tone(self, "tf--dim"))
         bad = tone(self, "tf--bad" if d.slo_broken else "tf--good")

@@ -29,7 +29,7 @@ class DownstreamPanel(Panel):
     def render(self) -> Text:
         if not self.rows:
             return Text("no downstreams in this trace", tone(self, "tf--dim"))
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         out = Text()
         for k, r in enumerate(self.rows):
             if k:

@@ -29,7 +29,7 @@ class EventsPanel(Panel):
         self.border_title = "events"
 
     def render(self) -> Text:
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         if not self.rows:
             note = self.quiet if self.known else "once events are loaded"
             return Text(note, tone(self, "tf--dim"))

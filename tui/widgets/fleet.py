@@ -84,7 +84,7 @@ class StatesPanel(Panel):
         parts = [Text.assemble((f"{state} ", tone(self, STATE_TONE.get(state, "tf--dim"))),
                                fmt_count(self.counts.get(state, 0)))
                  for state in STATES]
-        return flow(parts, max(1, self.content_size.width), indent=0)
+        return flow(parts, max(1, self.text_width), indent=0)
 
 
 class WorkersSummary(Panel):
@@ -101,7 +101,7 @@ class WorkersSummary(Panel):
         self.border_title = "workers"
 
     def render(self) -> Text:
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         if self.rows is None:
             return Text("not polled yet", tone(self, "tf--dim"))
         if not self.rows:
@@ -198,7 +198,7 @@ class WorkerPanel(Panel):
         w = self.worker
         if w is None:
             return Text(self.note, tone(self, "tf--dim"))
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         head = flow([Text(w.process, tone(self, "tf--accent")), Text(f"{w.threads} threads"),
                      Text(f"{w.busy} busy", tone(self, "tf--warn" if w.busy else "tf--dim")),
                      Text(f"{w.stuck} stuck", tone(self, "tf--bad" if w.stuck else "tf--dim")),

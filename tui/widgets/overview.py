@@ -34,7 +34,7 @@ class OverviewPanel(Panel):
         d = self.data
         if d is None:
             return Text("no timeline yet", tone(self, "tf--dim"))
-        width = max(4, self.content_size.width - LABEL)
+        width = max(4, self.text_width - LABEL)
         footer = self._footer(d)
         room = max(2, self.content_size.height - len(footer.plain.splitlines()))
         charts = self._charts(d, room)
@@ -62,7 +62,7 @@ class OverviewPanel(Panel):
         return charts
 
     def _footer(self, d: Overview) -> Text:
-        wide = self.content_size.width >= 44
+        wide = self.text_width >= 44
         ok = fmt_pct(d.success_rate, 1 if wide else 0)
         done = sum(v or 0 for v in d.done.values())
         rate_tone = "tf--good" if (d.success_rate or 1) >= 0.95 else "tf--bad"
@@ -70,7 +70,7 @@ class OverviewPanel(Panel):
                                (f"{fmt_num(d.throughput, 1)}/s", tone(self, "tf--accent"))),
                  Text.assemble("ok ", (ok, tone(self, rate_tone))),
                  Text(f"done {fmt_num(done)}/{fmt_num(d.submitted)}")]
-        return flow(parts, max(1, self.content_size.width))
+        return flow(parts, max(1, self.text_width))
 
     def _chart(self, out: Text, label: str, values: np.ndarray, height: int,
                top: float | None, limit: np.ndarray | None = None) -> None:

@@ -31,7 +31,7 @@ class PoolPanel(Panel):
     def render(self) -> Text:
         if not self.rows:
             return Text("no pools in this trace", tone(self, "tf--dim"))
-        width = max(1, self.content_size.width)
+        width = max(1, self.text_width)
         name_w = max(len(r.name) for r in self.rows)
         tails = [self._tail(r) for r in self.rows]
         gauge_w = width - name_w - 2 - max(t.cell_len for t in tails)

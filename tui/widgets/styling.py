@@ -13,6 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.widget import Widget
 
 from tui.fmt import fmt_num, fmt_wait
@@ -119,9 +120,29 @@ def chart(out: Text, widget: Widget, label: str, values: np.ndarray, width: int,
 
 
 class Panel(Widget):
-    """A bordered panel with the shared component classes."""
+    """A bordered panel with the shared component classes.
+
+    Its height is its content's, and its content flows to its width: a panel lays its text
+    out at `text_width`, which is the width the layout asks about while it measures the
+    height, and the panel's own width when it draws. Reading the panel's current width while
+    measuring gave the height of the last width (and the layout caches it per width): a panel
+    that grew by a chart or a narrower screen kept one line for three until its next resize.
+    """
 
     COMPONENT_CLASSES = COMPONENTS
     DEFAULT_CSS = """
     Panel { height: auto; }
     """
+    _measuring: int | None = None
+
+    @property
+    def text_width(self) -> int:
+        """The width to lay the text out at (see the class's docstring)."""
+        return self._measuring if self._measuring is not None else self.content_size.width
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        self._measuring = width
+        try:
+            return super().get_content_height(container, viewport, width)
+        finally:
+            self._measuring = None
