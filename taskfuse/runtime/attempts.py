@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from taskfuse.runtime.context import TaskContext
 
 AttemptKey = tuple[str, int]
+#: Largest group a claim or a commit takes at once.
+MAX_GROUP = 256
 #: About the longest a prefetched task waits in the buffer for a thread (seconds).
 PREFETCH_WAIT_S = 0.05
 #: Weight of the newest run in the moving average of run time.
@@ -44,6 +46,22 @@ RUN_ALPHA = 0.2
 
 def key_of(task: Task) -> AttemptKey:
     return task.task_id, task.version
+
+
+@dataclass
+class RunnerStats:
+    """What a runner did (reports, tests, the trace footer); counted under `Attempts.mu`."""
+
+    claimed: int = 0
+    completed: int = 0
+    #: attempts of ours that ended in an error: failed outcomes committed, ours timed out
+    failed: int = 0
+    discarded: int = 0  # late results that lost the race to a cancel, timeout or release
+    expired: int = 0  # moves made by this runner's watchdog
+    released: int = 0  # RUNNING tasks handed back to PENDING at shutdown
+    groups: int = 0  # commit groups written
+    replaced: int = 0  # stuck worker threads replaced by new ones
+    retired: int = 0  # stuck threads that returned to a full pool and ended
 
 
 @dataclass

@@ -134,7 +134,7 @@ def test_short_tasks_are_claimed_past_a_bulkhead_by_its_prefetch_only(
     # The claims land before the threads take their tasks from the buffer: wait for them.
     assert wait_until(lambda: runner.attempts.busy() == 4)  # two inside, two queued
     with runner.attempts.mu:
-        full, _ = runner._bulkhead_room()
+        full, _ = runner.claimer.bulkhead_room()
         assert full == {"partner"}  # the claimer takes none of them until one finishes
         assert runner.attempts.busy() == 4
     assert len(running(runner, calls)) == bound
