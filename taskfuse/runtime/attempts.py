@@ -178,6 +178,28 @@ class Attempts:
                 self.stopped.setdefault(key, now)
         return found
 
+    def of_batch(self, batch_id: str) -> set[AttemptKey]:
+        """Attempts of `batch_id` held here and not yet ended (buffered, running, on the
+        loop)."""
+        return {key_of(ctx.task) for ctx in self.holding() if ctx.task.batch_id == batch_id}
+
+    def held_batches(self) -> dict[str, set[AttemptKey]]:
+        """The batches of the attempts held here and not yet ended, with their attempts."""
+        found: dict[str, set[AttemptKey]] = {}
+        for ctx in self.holding():
+            if ctx.task.batch_id is not None:
+                found.setdefault(ctx.task.batch_id, set()).add(key_of(ctx.task))
+        return found
+
+    def take_ahead(self, keys: set[AttemptKey]) -> list[TaskContext]:
+        """Take these attempts out of the buffer, unstarted (their task ended elsewhere)."""
+        taken = [ctx for ctx in self.buffer if key_of(ctx.task) in keys]
+        if taken:
+            kept = [ctx for ctx in self.buffer if key_of(ctx.task) not in keys]
+            self.buffer.clear()
+            self.buffer.extend(kept)
+        return taken
+
     def newly_stuck(self, grace_s: float, threads: dict[AttemptKey, str]) -> list[Stuck]:
         """Stopped attempts whose thread is still busy `grace_s` after the stop: stuck now."""
         now = time.monotonic()

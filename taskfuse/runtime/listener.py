@@ -1,5 +1,16 @@
-"""The listener: the store's own wake-ups (PostgreSQL notifications, SQLite's data_version)
-turned into a look by the claimer and the joiners, so an idle worker does not poll."""
+"""The listener: the store's own wake-ups, turned into a look by the claimer and the joiners.
+
+The store says when another actor changed something (PostgreSQL: a notification on the work
+channel, delivered at commit; SQLite: `PRAGMA data_version` moved), so an idle worker does
+not poll. The same wake-up carries a batch's cancel by another process (the CLI, another
+worker): a cancel of RUNNING tasks of a batch notifies the work channel, and on SQLite it
+is a commit. So after each wake-up the listener asks, for each batch it holds attempts of
+(buffered, running, on the loop), whether the batch has any unfinished task left (one probe
+of the (batch_id, status) index). None left means each of those attempts ended elsewhere:
+the claimed-ahead ones leave the buffer unrun and the running ones are told to stop at
+once, instead of at the next heartbeat (which would have run the buffered ones meanwhile).
+Attempts claimed after the question are not touched: a batch retried meanwhile keeps them.
+"""
 
 from __future__ import annotations
 
@@ -35,3 +46,18 @@ class Listener:
                 continue
             if woke:
                 sh.changed()
+                self.look_for_ended_batches()
+
+    def look_for_ended_batches(self) -> None:
+        """Let go the attempts of every held batch that has no unfinished task (module doc)."""
+        sh = self.shared
+        with sh.attempts.mu:
+            held = sh.attempts.held_batches()
+        for batch_id, keys in held.items():
+            try:
+                ended = not sh.store.has_unfinished(batch_id)
+            except Exception:  # the heartbeat still finds them; say why this did not
+                log.warning("could not ask whether batch %s ended", batch_id, exc_info=True)
+                continue
+            if ended:
+                sh.let_go(keys, f"batch {batch_id} ended elsewhere (canceled)")

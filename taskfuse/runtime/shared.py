@@ -13,6 +13,7 @@ need and the two signals that cross roles:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from taskfuse.core.task import Task
 from taskfuse.runtime.attempts import AttemptKey, Attempts, RunnerStats
 from taskfuse.runtime.gate import FuseGate
 from taskfuse.runtime.health import StoreHealth
+
+log = logging.getLogger("taskfuse.runtime")
 
 
 @dataclass(eq=False)
@@ -55,6 +58,21 @@ class Shared:
         with at.mu:
             found = at.mark_stopped(task_id, only)
         self.gate.stop(found, task_id, only)
+
+    def let_go(self, keys: set[AttemptKey], why: str) -> int:
+        """These attempts' tasks ended elsewhere (a batch canceled): the claimed-ahead ones
+        leave the buffer unrun, the others are told to stop. Answers how many left the
+        buffer; they count as discarded, as their late results would have."""
+        at = self.attempts
+        with at.mu:
+            ahead = at.take_ahead(keys)
+            self.stats.discarded += len(ahead)
+        for key in keys:
+            self.stop_task(key[0], key)
+        if ahead:
+            log.info("let go %d claimed-ahead task(s) unrun: %s", len(ahead), why)
+            self.changed()  # room in the buffer; a join may end
+        return len(ahead)
 
     def emit(self, event: Event) -> None:
         """Send an event to the scheduler's sinks."""

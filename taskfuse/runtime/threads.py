@@ -394,6 +394,9 @@ class Runner:
         n = self.scheduler.cancel_batch(batch_id, self.clock(), reason)
         for task_id in live:
             self.shared.stop_task(task_id)
+        with self.attempts.mu:  # claimed ahead here: let go unrun, not run to be discarded
+            held = self.attempts.of_batch(batch_id)
+        self.shared.let_go(held, f"batch {batch_id} canceled")
         self.shared.changed()
         return n
 
