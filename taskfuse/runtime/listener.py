@@ -4,17 +4,19 @@ The store says when another actor changed something (PostgreSQL: a notification 
 channel, delivered at commit; SQLite: `PRAGMA data_version` moved), so an idle worker does
 not poll. The same wake-up carries a batch's cancel by another process (the CLI, another
 worker): a cancel of RUNNING tasks of a batch notifies the work channel, and on SQLite it
-is a commit. So after each wake-up the listener asks, for each batch it holds attempts of
-(buffered, running, on the loop), whether the batch has any unfinished task left (one probe
-of the (batch_id, status) index). None left means each of those attempts ended elsewhere:
-the claimed-ahead ones leave the buffer unrun and the running ones are told to stop at
-once, instead of at the next heartbeat (which would have run the buffered ones meanwhile).
-Attempts claimed after the question are not touched: a batch retried meanwhile keeps them.
+is a commit. So after a wake-up (at most every LOOK_GAP_S) the listener asks, for each
+batch it holds attempts of (buffered, running, on the loop), whether the batch has any
+unfinished task left (one probe of the (batch_id, status) index). None left means each of
+those attempts ended elsewhere: the claimed-ahead ones leave the buffer unrun and the
+running ones are told to stop at once, instead of at the next heartbeat (which would have
+run the buffered ones meanwhile). Attempts claimed after the question are not touched: a
+batch retried meanwhile keeps them.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from taskfuse.runtime.shared import Shared
@@ -23,6 +25,10 @@ log = logging.getLogger("taskfuse.runtime")
 
 #: The longest one wait for a wake-up lasts (the loop then looks at `closing`).
 LISTEN_BOUND_S = 1.0
+#: The shortest time between two looks for ended batches. A busy fleet wakes the listener
+#: at every commit group of batch tasks; a look at each cost +30 % CPU per task on
+#: PostgreSQL (2,000 no-op tasks of one batch), one every 50 ms costs nothing measurable.
+LOOK_GAP_S = 0.05
 
 
 class Listener:
@@ -33,11 +39,14 @@ class Listener:
         self._wait_for_work = wait_for_work
 
     def run(self) -> None:
-        """Until the worker closes: every wake-up of the store is a `changed`."""
+        """Until the worker closes: every wake-up of the store is a `changed`, and a look
+        for ended batches at most every LOOK_GAP_S (the last wake-up of a burst included)."""
         sh = self.shared
+        owed, next_look = False, 0.0
         while not sh.closing.is_set():
+            wait = LISTEN_BOUND_S if not owed else max(0.0, next_look - time.monotonic())
             try:
-                woke = self._wait_for_work(LISTEN_BOUND_S)
+                woke = self._wait_for_work(wait)
             except Exception:
                 if sh.closing.is_set():  # the store was closed after our shutdown: done
                     return
@@ -46,6 +55,9 @@ class Listener:
                 continue
             if woke:
                 sh.changed()
+                owed = True
+            if owed and time.monotonic() >= next_look:
+                owed, next_look = False, time.monotonic() + LOOK_GAP_S
                 self.look_for_ended_batches()
 
     def look_for_ended_batches(self) -> None:
