@@ -15,8 +15,6 @@ import time
 from collections import Counter
 from typing import Any
 
-import pytest
-
 from taskfuse.core.states import TaskStatus
 from taskfuse.limits.schema import Limits
 from taskfuse.runtime import App, Runner
