@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from taskfuse.core.capacity import claim_want
 from taskfuse.core.task import Outcome, Task
 
 if TYPE_CHECKING:
@@ -124,9 +125,8 @@ class Attempts:
         slows the claims instead of piling up outcomes a crash would lose; with no prefetch
         (long tasks) a thread's slot is free once its outcome is committed, as in the lab.
         (The store counts those tasks RUNNING until the commit, so batch caps still hold.)"""
-        prefetch = self.prefetch_now()
-        held = len(self.buffer) + self.busy() + max(0, len(self.committing) - prefetch)
-        return self.live_threads + prefetch - held
+        return claim_want(self.live_threads, self.prefetch_now(), len(self.buffer),
+                          self.busy(), len(self.committing))
 
     def prefetch_now(self) -> int:
         """The prefetch the tasks' run times allow: claimed-but-waiting tasks wait about
