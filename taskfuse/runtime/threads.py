@@ -280,7 +280,8 @@ class Runner:
         with bounded(self.store, max(0.1, (hard - time.monotonic()) / 2)):
             released += release(running, "shutdown")
         self.procs.close()  # after the release: a killed attempt must not count as failed
-        self.threads.join(time.monotonic() + max(0.0, hard - time.monotonic()) / 2)
+        for thread in self.threads.threads:  # threads of killed task processes return now
+            thread.join(max(0.0, hard - time.monotonic()) / 2)
         if self.loop is not None:  # released coroutines were canceled: they end at once
             self._wait_loop_idle(hard)
         self.completer.drain(max(0.1, hard - time.monotonic()))
