@@ -9,6 +9,12 @@ real one does.
   `bound` workers are stuck (`replaces_stuck`), so there are never more than
   workers + bound of them; when a stuck worker's code returns to a pool that is full without
   it (a replacement took its place), it retires (`retires_on_return`).
+* How many attempts a claim for worker threads may bring (`claim_want`): the threads that
+  count as capacity plus the tasks claimed ahead of them, less what they hold. Outcomes
+  waiting for their commit hold no thread and count only beyond what is claimed ahead, so
+  a claim and a commit are in flight at once. Worked number: 4 threads, 8 ahead, 5
+  buffered, 4 running, 10 outcomes to commit -> 4 + 8 - (5 + 4 + 2) = 1. A simulated worker
+  is the case of one free thread and `claim_batch - 1` ahead: it claims `claim_batch`.
 * A claim's room under bulkheads (`claim_room`). A claim cannot choose which downstream its
   tasks call, so it brings no task of a downstream whose bulkhead is already full of tasks
   held here, and no more tasks than the emptiest-but-not-full bulkhead has room for. "Full"
@@ -32,6 +38,14 @@ def retires_on_return(serving: int, workers: int) -> bool:
     workers that count as capacity, this one included; more than `workers` means a
     replacement took its place."""
     return serving > workers
+
+
+def claim_want(threads: int, ahead: int, buffered: int, busy: int, committing: int) -> int:
+    """How many more attempts a claim may bring for worker threads (<= 0: none). `threads`:
+    threads that count as capacity; `ahead`: tasks they may hold claimed ahead (the
+    prefetch); `buffered`: claimed, not started; `busy`: running on a thread that counts;
+    `committing`: outcomes waiting for their commit (counted only beyond `ahead`)."""
+    return threads + ahead - (buffered + busy + max(0, committing - ahead))
 
 
 def claim_room(limits: Mapping[str, int], held: Mapping[str, int],

@@ -30,12 +30,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from taskfuse.core.capacity import claim_want
 from taskfuse.core.task import Outcome, Task
 
 if TYPE_CHECKING:
     from taskfuse.runtime.context import TaskContext
 
 AttemptKey = tuple[str, int]
+#: Largest group a claim or a commit takes at once.
+MAX_GROUP = 256
 #: About the longest a prefetched task waits in the buffer for a thread (seconds).
 PREFETCH_WAIT_S = 0.05
 #: Weight of the newest run in the moving average of run time.
@@ -44,6 +47,22 @@ RUN_ALPHA = 0.2
 
 def key_of(task: Task) -> AttemptKey:
     return task.task_id, task.version
+
+
+@dataclass
+class RunnerStats:
+    """What a runner did (reports, tests, the trace footer); counted under `Attempts.mu`."""
+
+    claimed: int = 0
+    completed: int = 0
+    #: attempts of ours that ended in an error: failed outcomes committed, ours timed out
+    failed: int = 0
+    discarded: int = 0  # late results that lost the race to a cancel, timeout or release
+    expired: int = 0  # moves made by this runner's watchdog
+    released: int = 0  # RUNNING tasks handed back to PENDING at shutdown
+    groups: int = 0  # commit groups written
+    replaced: int = 0  # stuck worker threads replaced by new ones
+    retired: int = 0  # stuck threads that returned to a full pool and ended
 
 
 @dataclass
@@ -106,9 +125,8 @@ class Attempts:
         slows the claims instead of piling up outcomes a crash would lose; with no prefetch
         (long tasks) a thread's slot is free once its outcome is committed, as in the lab.
         (The store counts those tasks RUNNING until the commit, so batch caps still hold.)"""
-        prefetch = self.prefetch_now()
-        held = len(self.buffer) + self.busy() + max(0, len(self.committing) - prefetch)
-        return self.live_threads + prefetch - held
+        return claim_want(self.live_threads, self.prefetch_now(), len(self.buffer),
+                          self.busy(), len(self.committing))
 
     def prefetch_now(self) -> int:
         """The prefetch the tasks' run times allow: claimed-but-waiting tasks wait about
@@ -159,6 +177,28 @@ class Attempts:
             if key in self.running:
                 self.stopped.setdefault(key, now)
         return found
+
+    def of_batch(self, batch_id: str) -> set[AttemptKey]:
+        """Attempts of `batch_id` held here and not yet ended (buffered, running, on the
+        loop)."""
+        return {key_of(ctx.task) for ctx in self.holding() if ctx.task.batch_id == batch_id}
+
+    def held_batches(self) -> dict[str, set[AttemptKey]]:
+        """The batches of the attempts held here and not yet ended, with their attempts."""
+        found: dict[str, set[AttemptKey]] = {}
+        for ctx in self.holding():
+            if ctx.task.batch_id is not None:
+                found.setdefault(ctx.task.batch_id, set()).add(key_of(ctx.task))
+        return found
+
+    def take_ahead(self, keys: set[AttemptKey]) -> list[TaskContext]:
+        """Take these attempts out of the buffer, unstarted (their task ended elsewhere)."""
+        taken = [ctx for ctx in self.buffer if key_of(ctx.task) in keys]
+        if taken:
+            kept = [ctx for ctx in self.buffer if key_of(ctx.task) not in keys]
+            self.buffer.clear()
+            self.buffer.extend(kept)
+        return taken
 
     def newly_stuck(self, grace_s: float, threads: dict[AttemptKey, str]) -> list[Stuck]:
         """Stopped attempts whose thread is still busy `grace_s` after the stop: stuck now."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskfuse.core.capacity import claim_room, replaces_stuck, retires_on_return
+from taskfuse.core.capacity import claim_room, claim_want, replaces_stuck, retires_on_return
 
 
 def test_stuck_workers_are_replaced_up_to_the_bound_and_retire_into_a_full_pool() -> None:
@@ -19,3 +19,11 @@ def test_a_claims_room_under_bulkheads() -> None:
     full, room = claim_room({"a": 2, "b": 10}, {"a": 2, "b": 3}, 0.0)
     assert (full, room) == (frozenset({"a"}), 7)
     assert claim_room({"a": 1}, {"a": 5}, 0.0) == (frozenset({"a"}), None)
+
+
+def test_a_claims_want_for_worker_threads() -> None:
+    # the module doc's number: 4 + 8 - (5 + 4 + (10 - 8)) = 1
+    assert claim_want(4, 8, 5, 4, 10) == 1
+    assert claim_want(4, 8, 0, 0, 8) == 12  # outcomes within the prefetch hold nothing
+    assert claim_want(4, 0, 0, 4, 1) == -1  # no prefetch: a thread is free once committed
+    assert claim_want(1, 2, 0, 0, 0) == 3  # a lab worker with claim_batch 3: it claims 3

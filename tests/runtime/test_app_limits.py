@@ -79,7 +79,7 @@ def test_policies_sweeper_and_heartbeat_come_from_the_file() -> None:
             sched.config.max_pending_age_s) == (90, 12, 3600)
     assert app.heartbeat_s == 4  # a third of the lease
     runner = Runner(app, MemoryStore())
-    assert runner._heartbeat_s == 4
+    assert runner.heartbeat.every_s == 4
     assert set(runner.clients) == {"partner"} and runner.clients["partner"].timeout_s == 1.5
     assert runner.pools["batch"].size == 4 and app.pool_size("batch") == 4
 

@@ -37,6 +37,9 @@ def server() -> Any:
 
 @pytest.fixture(params=sorted(ALL_STORES))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A store of each kind, closed at the end. A test names it before `make_runner`, so its
+    runners stop first: closed under a runner's claimer, a SQLite connection crashed the
+    interpreter (a segmentation fault in the claim, seen once in a full run)."""
     with ALL_STORES[request.param](tmp_path) as s:
         yield s
 
@@ -80,7 +83,7 @@ def _until(check: Any, what: str) -> None:
 
 
 def test_async_tasks_call_a_real_server_through_the_downstreams_policy(
-        make_runner, store, server) -> None:
+        store, make_runner, server) -> None:
     app = App("aio", seed=1)
     app.downstream("partner", bulkhead=3, timeout_s=5.0, retry={"max_retry": 2})
     http, calls = Http(server), Gauge()
@@ -156,7 +159,7 @@ def test_the_heartbeat_renews_a_coroutines_lease_and_brings_a_cancel_from_elsewh
     assert runner.get(task.task_id).status is TaskStatus.CANCELED
 
 
-def test_cancel_mid_await_cancels_the_coroutine(make_runner, store, server) -> None:
+def test_cancel_mid_await_cancels_the_coroutine(store, make_runner, server) -> None:
     app, saw = _awaits_forever(server)
 
     runner = make_runner(app, store, workers=1)
@@ -170,7 +173,7 @@ def test_cancel_mid_await_cancels_the_coroutine(make_runner, store, server) -> N
 
 
 def test_a_coroutine_that_awaits_forever_times_out_and_frees_its_slot(
-        make_runner, store) -> None:
+        store, make_runner) -> None:
     limits = Limits.model_validate({"kinds": {"k": {"executor": "async",
                                                     "async_concurrency": 1}}})
     app = App.from_limits(limits, "aio")
@@ -194,7 +197,7 @@ def test_a_coroutine_that_awaits_forever_times_out_and_frees_its_slot(
     assert runner.stats.discarded == 1  # the canceled coroutine's report lost the race
 
 
-def test_shutdown_cancels_coroutines_and_hands_them_back(make_runner, store, server) -> None:
+def test_shutdown_cancels_coroutines_and_hands_them_back(store, make_runner, server) -> None:
     app, saw = _awaits_forever(server)
 
     runner = make_runner(app, store, workers=1)
@@ -234,7 +237,7 @@ def test_a_task_that_blocks_the_loop_shows_in_the_lag_and_is_named(
     assert gauges["taskfuse_worker_loop_lag_max_seconds"] >= 0.3
 
 
-def test_the_kind_cap_bounds_coroutines_in_flight(make_runner, store, server) -> None:
+def test_the_kind_cap_bounds_coroutines_in_flight(store, make_runner, server) -> None:
     limits = Limits.model_validate({"async_concurrency": 50,
                                     "kinds": {"k": {"executor": "async",
                                                     "async_concurrency": 3}}})
@@ -277,7 +280,7 @@ def test_pools_logger_and_cancelled_inside_a_coroutine(make_runner, caplog) -> N
     assert traced == {t.trace_id for t in tasks}
 
 
-def test_mixed_thread_and_async_kinds_share_one_runner(make_runner, store) -> None:
+def test_mixed_thread_and_async_kinds_share_one_runner(store, make_runner) -> None:
     app = App("aio")
 
     @app.task("t")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 import taskfuse.runtime
@@ -46,7 +47,7 @@ def runtime_graph() -> dict[str, set[str]]:
 
 def test_the_runtime_has_no_import_circle() -> None:
     graph = runtime_graph()
-    assert graph["threads"] >= {"aio", "attempts", "context"}  # the walk sees imports
+    assert graph["threads"] >= {"aio", "attempts", "claimer"}  # the walk sees imports
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as exc:
@@ -63,3 +64,27 @@ def test_a_lazy_import_back_is_a_circle() -> None:
         assert set(exc.args[1]) == {"calls", "context"}
     else:
         raise AssertionError("a circle through a lazy import was not seen")
+
+
+ROLES = ("claimer", "completer", "watchdog", "heartbeat", "listener", "gate", "attempts",
+         "workers", "loopfeed")
+
+
+def test_the_runner_is_the_top_of_the_roles() -> None:
+    """The roles are below the runner that composes them: none imports it (only the
+    package's front does), so each can be read, tested and reused without it."""
+    graph = runtime_graph()
+    assert set(ROLES) <= set(graph)
+    importers = {name for name, deps in graph.items() if "threads" in deps}
+    assert importers <= {"__init__"}, f"modules importing the runner: {sorted(importers)}"
+
+
+def test_nothing_reads_a_private_runner() -> None:
+    """Task contexts, executors and the roles ask the host interface or `Shared`, never a
+    runner's private attributes (`ctx._runner`, `runner._x`)."""
+    package = RUNTIME.parent
+    found = [f"{path.relative_to(package.parent)}:{n}"
+             for path in sorted(package.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\._runner\b|\brunner\._[a-z]", line)]
+    assert found == []

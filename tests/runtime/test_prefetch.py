@@ -134,7 +134,7 @@ def test_short_tasks_are_claimed_past_a_bulkhead_by_its_prefetch_only(
     # The claims land before the threads take their tasks from the buffer: wait for them.
     assert wait_until(lambda: runner.attempts.busy() == 4)  # two inside, two queued
     with runner.attempts.mu:
-        full, _ = runner._bulkhead_room()
+        full, _ = runner.claimer.bulkhead_room()
         assert full == {"partner"}  # the claimer takes none of them until one finishes
         assert runner.attempts.busy() == 4
     assert len(running(runner, calls)) == bound
@@ -334,7 +334,7 @@ def test_a_prefetched_tasks_wait_for_a_thread_is_not_run_time(make_runner, tmp_p
     app = App()
     app.configure(Limits(claim_batch=2))
     clock = FakeClock(100.0)
-    release = threading.Event()
+    release, began = threading.Event(), threading.Event()
     metrics = MetricsAggregator()
     events: list[Event] = []
     store = SQLiteStore(tmp_path / "t.db")
@@ -342,6 +342,7 @@ def test_a_prefetched_tasks_wait_for_a_thread_is_not_run_time(make_runner, tmp_p
     @app.task("step")
     def step(ctx: Any, payload: Any) -> Any:
         if payload == "first":
+            began.set()
             assert release.wait(JOIN_S)
         else:  # the first is committed at 105 before this one's second passes
             assert wait_until(lambda: store.get(first.task_id).status is SUCCESS)
@@ -352,6 +353,9 @@ def test_a_prefetched_tasks_wait_for_a_thread_is_not_run_time(make_runner, tmp_p
     first, second = runner.submit_many([runner.spec("step", "first"),
                                         runner.spec("step", "second")])
     assert wait_until(lambda: len(running(runner, [first, second])) == 2)
+    # a thread took the first at t=100: on a busy machine it could wake only after the
+    # clock moved on, and the first showed a wait too (3 of 8 runs beside other jobs)
+    assert began.wait(JOIN_S)
     clock.t = 105.0
     release.set()
     assert runner.join(JOIN_S)

@@ -51,7 +51,7 @@ def test_base_exceptions_fail_the_task_and_the_worker_keeps_its_threads(
     assert runner.join(JOIN_S)
     assert all(runner.get(t.task_id).status is TaskStatus.SUCCESS for t in quick)
     assert runner.attempts.live_threads == 2
-    assert sum(t.is_alive() for t in runner._workers) == 2
+    assert sum(t.is_alive() for t in runner.threads.threads) == 2
     assert not runner.stuck_threads()
     logged = [r for r in caplog.records if "would have ended the thread" in r.getMessage()]
     assert sorted(r.task_id for r in logged) == sorted(t.task_id for t in exits)
