@@ -98,23 +98,22 @@ _KEPT_COUNTS = 5
 _KEPT_BATCH_COUNTS = 6
 
 
-#: Longest wait between the pool's attempts to reconnect one of its connections.
+#: Longest wait between the pool's attempts to reconnect (its `reconnect_timeout`).
 _RECONNECT_MAX_S = 0.5
 
 
-class _Reconnect:
-    """The reconnection schedule of one pool connection: 0.05 s, doubling to
-    `_RECONNECT_MAX_S`, never giving up (how long a caller waits is `retry_for`'s, in
-    `PostgresStore._run`). psycopg_pool's own schedule has the same two methods."""
+def _reconnect_again(pool: ConnectionPool) -> None:  # type: ignore[type-arg]
+    """The pool's `reconnect_failed` callback: start the next attempt at once.
 
-    def __init__(self) -> None:
-        self.delay = 0.0
-
-    def update_delay(self, now: float) -> None:
-        self.delay = min(_RECONNECT_MAX_S, max(0.05, self.delay * 2))
-
-    def time_to_give_up(self, now: float) -> bool:
-        return False
+    psycopg_pool's own schedule waits 1 s, then 2, 4, ... up to `reconnect_timeout` (5 min),
+    then gives the connection up; work used to resume up to half an outage's length after
+    the database answered again. With `reconnect_timeout=_RECONNECT_MAX_S` an attempt gives
+    up after that long, and this callback's `check()` (public API: it tests the idle
+    connections and grows the pool back towards `min_size`) starts a fresh one, so the pool
+    tries at least every `_RECONNECT_MAX_S` however long the outage. A closed pool is left
+    alone."""
+    if not pool.closed:
+        pool.check()
 
 
 class _QuietReconnects(logging.Filter):
@@ -128,7 +127,7 @@ class _QuietReconnects(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        if record.msg != "error connecting in %r: %s" or not args:
+        if record.msg not in _RECONNECT_MESSAGES or not args:
             return True
         name = str(args[0])
         if not name.startswith("taskfuse:"):
@@ -142,19 +141,19 @@ class _QuietReconnects(logging.Filter):
 
 
 _RECONNECT_LOG_S = 10.0
+#: psycopg_pool's lines about a failed connection attempt and an attempt given up.
+_RECONNECT_MESSAGES = ("error connecting in %r: %s",
+                       "reconnection attempt in pool %r failed after %s sec")
 _QUIET_RECONNECTS = _QuietReconnects()
 
 
-class _Pool(ConnectionPool):  # type: ignore[type-arg]
-    """A ConnectionPool whose reconnections follow `_Reconnect` (see the module doc); its
-    failed attempts are logged at most once per `_RECONNECT_LOG_S`."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        logging.getLogger("psycopg.pool").addFilter(_QUIET_RECONNECTS)  # once: same object
-        super().__init__(*args, **kwargs)
-
-    def _add_connection(self, attempt: Any, growing: bool = False) -> None:
-        super()._add_connection(attempt or _Reconnect(), growing)
+def _pool(conninfo: str, **kwargs: Any) -> ConnectionPool:  # type: ignore[type-arg]
+    """A ConnectionPool that reconnects at least every `_RECONNECT_MAX_S` through its public
+    options (`reconnect_timeout`, `reconnect_failed`: see `_reconnect_again`); its failed
+    attempts are logged at most once per `_RECONNECT_LOG_S`."""
+    logging.getLogger("psycopg.pool").addFilter(_QUIET_RECONNECTS)  # once: same object
+    return ConnectionPool(conninfo, reconnect_timeout=_RECONNECT_MAX_S,
+                          reconnect_failed=_reconnect_again, **kwargs)
 
 
 def _claim_move() -> tuple[str, int]:
@@ -387,7 +386,7 @@ class PostgresStore(NamedQueryReads):
             self._kept_batch_counts = version >= _KEPT_BATCH_COUNTS
         else:
             self._on_own_connection(self._migrate)
-        self.pool = _Pool(
+        self.pool = _pool(
             self._conninfo,
             min_size=pool_min,
             max_size=pool_max,
