@@ -24,9 +24,11 @@ Theory of operation
   connection per process turns into wake-ups.
 * A broken connection (database restart, failover, a killed backend) is retried with
   exponential backoff (capped at 1 s) for up to ``retry_for`` seconds, and the pool tries
-  to reconnect each of its connections at least every `_RECONNECT_MAX_S` however long the
-  outage (psycopg_pool's own schedule doubles from 1 s to 32 s and beyond, so work used to
-  resume up to half an outage's length after the database answered again). A retry first
+  to reconnect at least every `_RECONNECT_MAX_S` however long the outage (`_pool`, with
+  psycopg_pool's public options; its own schedule doubles from 1 s to 32 s and beyond, so
+  work used to resume up to half an outage's length after the database answered again).
+  How long the database has answered since (`answering_for`) tells the sweeper to give
+  lapsed leases a lease's time to be renewed after an outage. A retry first
   asks whether the attempt it repeats already committed (a claim finds its rows by a
   token, a swap compares the stored record with the one it wrote, an insert finds its
   rows), so a restart neither loses a task nor runs one twice. After that,
@@ -374,6 +376,10 @@ class PostgresStore(NamedQueryReads):
         self.done_channel = f"taskfuse_done_{self.schema}"
         self._closed = False
         self._bound = threading.local()
+        #: Whether this store's last call met a broken connection, and when (monotonic) a
+        #: call first got through after the last such failure (see `answering_for`).
+        self._down = False
+        self._back_at: float | None = None
         self._capped = True
         self._capped_until = 0.0
         self.read_only = read_only
@@ -499,17 +505,32 @@ class PostgresStore(NamedQueryReads):
             wait = None if deadline is None else max(0.05, deadline - time.monotonic())
             try:
                 with self.pool.connection(timeout=wait) as conn:
-                    return op(conn, retried)
+                    answer = op(conn, retried)
+                if self._down:  # the first call through after an outage
+                    self._down, self._back_at = False, time.monotonic()
+                return answer
             except psycopg.DataError as exc:  # a value PostgreSQL refuses (e.g. NUL in JSON)
                 raise self._refused(exc) from None
             except psycopg.OperationalError as exc:
                 if not transient(exc):  # an answer, not an outage (store/classify.py)
                     raise self._refused(exc) from None
+                self._down = True
                 if deadline is None:
                     deadline = time.monotonic() + self.retry_for
                 delay = self._wait_to_retry(exc, deadline, delay)
                 self.pool.check()  # a pool timeout too: the pool may have room to grow
                 retried = True
+
+    def answering_for(self) -> float:
+        """Seconds the database has answered without a break, as far as this store can tell:
+        since the server last started (a restart ends most outages) and since this
+        process's calls last met a broken connection. The sweeper gives lapsed leases that
+        long to be renewed (`Scheduler.sweep`): a worker that held an outcome through an
+        outage could not heartbeat meanwhile. An outage this process did not see and that
+        did not restart the server (a network cut while the sweeper slept) is not known."""
+        uptime = float(self._run(lambda conn, _: conn.execute(Q["server_uptime"]).fetchone()[0]))
+        back_at = self._back_at
+        return uptime if back_at is None else min(uptime, time.monotonic() - back_at)
 
     @contextmanager
     def retries_within(self, seconds: float) -> Iterator[None]:
