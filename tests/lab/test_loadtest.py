@@ -228,7 +228,8 @@ def test_business_traffic_on_a_shared_pool_writes_the_same_trace_and_report(
     real = result.report
     assert set(sim) <= set(real)  # the simulator's report keys, plus `loadtest`
     assert real["finished"] and real["tasks"]["SUCCESS"] == 60
-    assert _close(real["makespan_s"], sim["makespan_s"])
+    # a busy machine adds CPU waits to the real run (+55 % beside two busy loops): a band
+    assert sim["makespan_s"] * (1 - TOLERANCE) <= real["makespan_s"] <= sim["makespan_s"] * 2
     biz_sim, biz_real = sim["business"], real["business"]
     assert _close(biz_real["requests"], biz_sim["requests"])
     assert biz_real["p50_s"] > 0.02  # business requests really queued behind the batch
@@ -469,8 +470,8 @@ kinds: {sync: {executor: EXECUTOR}}
 downstreams:
   partner:
     provider: {latency: {dist: constant, value: 0.05},
-               outages: [{start_s: 0, end_s: 2, mode: error, error: http_503}]}
-    client: {timeout_s: 1, retry: {max_retry: 3, backoff: {kind: fixed, base: 1.5, jitter: none}}}
+               outages: [{start_s: 0, end_s: 9.5, mode: error, error: http_503}]}
+    client: {timeout_s: 1, retry: {max_retry: 3, backoff: {kind: fixed, base: 5, jitter: none}}}
 batches:
   - {id: skus, kind: sync, count: 6, program: [{call: {downstream: partner, count: 1}}]}
 """
@@ -478,9 +479,11 @@ batches:
 
 @pytest.mark.parametrize("executor", ["thread", "process"])
 def test_a_load_test_makes_the_clients_retries_on_either_executor(tmp_path, executor) -> None:
-    """Every call fails until the outage ends (2 s); the client retries after 1.5 s, so each
+    """Every call fails until the outage ends (9.5 s); the client retries after 5 s, so each
     of the six calls is answered by its third attempt, in the simulation and in task
-    processes alike (their retries counted by the task processes themselves)."""
+    processes alike (their retries counted by the task processes themselves). A first call
+    up to 4.5 s late still takes three attempts: beside two busy loops task processes made
+    their first calls late and an outage of 2 s with retries 1.5 s apart saw 12 calls."""
     simulated, real = _simulated_and_real(
         write(tmp_path, TINY_RETRIES.replace("EXECUTOR", executor)))
     want = {"calls": 18, "call_retries": 12}
