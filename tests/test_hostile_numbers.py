@@ -334,3 +334,13 @@ def test_a_sweep_range_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                               f"workers={spec}", "--jobs", "1"], monkeypatch)
         answer.hold_to_promises()
         assert answer.code == 2 and "--vary" in answer.err, answer.err
+
+
+def test_an_slo_bound_that_reads_as_infinite_is_one_line(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(WORLD)
+    answer = _lab_answer(["size", str(path), "--vary", "workers=1,2", "--minimize", "makespan_s",
+                          "--slo", "business.p99_s<=1e999"], monkeypatch)
+    answer.hold_to_promises()
+    assert answer.code == 2 and "'1e999' is not a finite number" in answer.err
