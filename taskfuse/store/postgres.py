@@ -514,7 +514,8 @@ class PostgresStore(NamedQueryReads):
             except psycopg.OperationalError as exc:
                 if not transient(exc):  # an answer, not an outage (store/classify.py)
                     raise self._refused(exc) from None
-                self._down = True
+                # a broken connection, not a busy pool: only an outage delays the sweeper
+                self._down = self._down or not isinstance(exc, PoolTimeout)
                 if deadline is None:
                     deadline = time.monotonic() + self.retry_for
                 delay = self._wait_to_retry(exc, deadline, delay)
