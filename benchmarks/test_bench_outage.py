@@ -6,7 +6,8 @@ never touched) is stopped with a fast shutdown while a 4-thread runner is idle o
 down for the outage, and started again (pg_ctl -w: it accepts connections). Then a task is
 submitted from a fresh connection, and the benchmark times until that task has run (its
 function began) and until its outcome is committed. "taskfuse" is the store as shipped
-(each pool connection reconnects at least every 0.5 s); "stock" is the same store on a
+(the pool reconnects at least every 0.5 s: a 0.5 s `reconnect_timeout`
+whose `reconnect_failed` starts the next attempt); "stock" is the same store on a
 plain psycopg_pool ConnectionPool (reconnects after 1, 2, 4, 8 ... s). One round per
 length and pool: the outage itself is the cost, so keep the list short.
 
@@ -53,7 +54,8 @@ def test_seconds_from_database_back_to_work_resumed(benchmark: Any, cluster: Pri
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     pool: str, outage_s: float) -> None:
     if pool == "stock":
-        monkeypatch.setattr(postgres, "_Pool", ConnectionPool)
+        monkeypatch.setattr(postgres, "_pool",
+                            lambda conninfo, **kwargs: ConnectionPool(conninfo, **kwargs))
     schema = f"outage_{pool}_{int(outage_s)}"
     ran = threading.Event()
     app = App("outage-bench")

@@ -37,21 +37,49 @@ from pathlib import Path
 from typing import Any
 
 from lab.scenario import ScenarioError, json_schema, load_scenario
-from taskfuse.cliguard import EXIT_INTERRUPTED, interruptible, number_arg, run_printing
+from taskfuse.cliguard import (
+    EXIT_INTERRUPTED,
+    OneLineParser,
+    interruptible,
+    number_arg,
+    run_printing,
+)
+from taskfuse.core import bounds
+from taskfuse.limits.schema import MAX_NUMBER
 from taskfuse.version import version_line
+
+# The lab's flags are bounded like every number (taskfuse.core.bounds): finite, within these.
+#: A seed, as the scenario's `seed` takes it.
+SEED = number_arg(int, 0, bounds.MAX_INT64)
+
+
+def _speed(text: str) -> float:
+    """`simulate --watch --speed`: bounded by the monitor's own speed ladder, the one bound
+    `lab watch --speed` has (imported here, when the flag is given: the monitor is not
+    loaded by every lab command)."""
+    from tui.model import SPEEDS as LADDER
+
+    return number_arg(float, LADDER[0], LADDER[-1])(text)
+
+
+#: Seeds per point, parallel runs and a search's runs: far above any real sweep.
+MAX_SEEDS, MAX_JOBS, MAX_BUDGET = 10_000, 1_024, 1_000_000
+#: A load test's time scale: a thousand times faster to a thousand times slower (beyond,
+#: every duration of a scenario falls below a millisecond or above its 30-day bound).
+TIME_SCALES = (0.001, 1000.0)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="lab", description="Simulate batch jobs against a modelled world to size limits."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     parser.add_argument("--version", action="version", version=version_line("lab"))
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     sim = sub.add_parser("simulate", help="run a scenario in virtual time and print a report")
     sim.add_argument("file", help="scenario YAML file")
-    sim.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    sim.add_argument("--seed", type=SEED, default=None, help="override the scenario's seed")
     sim.add_argument("--max-tasks", type=number_arg(int, 0, 10**9), default=400_000,
                      metavar="N", help="the most tasks the run may create by its horizon "
                                        "(400,000; 0: no bound; about 1 KB of memory each)")
@@ -69,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", metavar="FILE.png", help="draw the run at the end (see lab plot)")
     sim.add_argument("--watch", action="store_true",
                      help="run paced in front of you in the terminal monitor")
-    sim.add_argument("--speed", type=float, default=10.0, metavar="F",
+    sim.add_argument("--speed", type=_speed, default=10.0, metavar="F",
                      help="with --watch: simulated seconds per wall second, 0.25 to 1000 [10]")
 
     _sweep_parser(sub)
@@ -108,10 +136,10 @@ def _grid_args(p: argparse.ArgumentParser, seeds: int) -> None:
                    metavar="KEY.PATH=VALUE", help="a fixed override (repeatable)")
     p.add_argument("--limits", metavar="FILE", default=None,
                    help="run the scenario's world with this limits file's limits")
-    p.add_argument("--seed", type=int, default=None, help="first seed (default: the file's)")
-    p.add_argument("--seeds", type=int, default=seeds,
+    p.add_argument("--seed", type=SEED, default=None, help="first seed (default: the file's)")
+    p.add_argument("--seeds", type=number_arg(int, 1, MAX_SEEDS), default=seeds,
                    help=f"seeds per point: seed, seed+1, ... (default {seeds})")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--jobs", type=number_arg(int, 1, MAX_JOBS), default=os.cpu_count() or 1,
                    help="parallel runs (default: CPU count; 1 runs in this process)")
     p.add_argument("--executor", choices=["local", "dask"], default="local",
                    help="local processes, or a Dask distributed cluster")
@@ -139,7 +167,7 @@ def _size_parser(sub: Any) -> None:
     goal = p.add_mutually_exclusive_group(required=True)
     goal.add_argument("--maximize", metavar="METRIC", help="e.g. throughput_per_s")
     goal.add_argument("--minimize", metavar="METRIC", help="e.g. makespan_s")
-    p.add_argument("--budget", type=int, default=400,
+    p.add_argument("--budget", type=number_arg(int, 1, MAX_BUDGET), default=400,
                    help="at most this many runs; a larger space is searched, not gridded")
     p.add_argument("--no-file-slo", action="store_true",
                    help="ignore the scenario's own slo block (only --slo constraints)")
@@ -154,7 +182,10 @@ def _size_parser(sub: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed its one line (or the help)
+        return int(exc.code or 0)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         # Ctrl-C stops any command, however it was started; a load test stops on SIGTERM too
@@ -363,8 +394,6 @@ def size_cmd(args: argparse.Namespace) -> int:
     from lab import size
     from lab.metrics_expr import check_metric, parse_constraint
 
-    if args.budget < 1:
-        raise ScenarioError(f"--budget {args.budget!r}: expected at least 1 run")
     target = Path(args.write_limits) if args.write_limits else None
     if target is not None and not target.parent.is_dir():  # before a long search, not after
         raise ScenarioError(f"--write-limits {target}: the directory "
@@ -479,13 +508,14 @@ def _loadtest_parsers(sub: Any) -> None:
                        ("compare", "run a scenario simulated and for real, metric by metric")):
         p = sub.add_parser(name, help=text)
         p.add_argument("file", help="scenario YAML file")
-        p.add_argument("--time-scale", type=float, default=1.0, metavar="F",
+        p.add_argument("--time-scale", type=number_arg(float, *TIME_SCALES), default=1.0,
+                       metavar="F",
                        help="multiply every duration, rate interval and window by F "
                             "(0.1: ten times faster); reports convert back [1]")
         p.add_argument("--store", metavar="URL", default=None,
                        help="task store and DB pools: sqlite:///PATH or postgresql://... "
                             "(default: tasks in memory, pools on a temporary SQLite file)")
-        p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+        p.add_argument("--seed", type=SEED, default=None, help="override the scenario's seed")
         p.add_argument("--limits", metavar="FILE", default=None,
                        help="run the scenario's world with this limits file's limits")
         p.add_argument("--set", dest="overrides", action="append", default=[],
@@ -499,7 +529,8 @@ def _loadtest_parsers(sub: Any) -> None:
                              help="where to write the trace (default: traces/NAME-loadtest.trace)")
             out.add_argument("--no-trace", action="store_true", help="do not write a trace")
         else:
-            p.add_argument("--tolerance", type=float, default=0.25, metavar="X",
+            p.add_argument("--tolerance", type=number_arg(float, 0, MAX_NUMBER), default=0.25,
+                           metavar="X",
                            help="flag relative differences beyond X (0.25 = 25%%) [0.25]")
             p.add_argument("--real", metavar="RUN.trace", default=None,
                            help="compare with this recorded run instead of running one")
@@ -508,10 +539,6 @@ def _loadtest_parsers(sub: Any) -> None:
 def _loadtest_setup(args: argparse.Namespace) -> Any:
     """The scenario of a load test and its checked options (SIGTERM is handled like Ctrl-C,
     see main, so a stopped load test still stops its servers and threads)."""
-    if not (args.time_scale > 0 and args.time_scale < float("inf")):
-        raise ScenarioError(f"--time-scale {args.time_scale!r}: expected a number > 0")
-    if getattr(args, "tolerance", 0.0) < 0:
-        raise ScenarioError(f"--tolerance {args.tolerance!r}: expected a number >= 0")
     if args.store is not None and not args.store.startswith(("sqlite:", "postgres", "memory:")):
         raise ScenarioError(f"--store {args.store!r}: expected sqlite:///PATH, "
                             "postgresql://... or memory://")

@@ -1,5 +1,9 @@
 """Distributions: every duration or count the lab draws comes from one of these.
 
+Their parameters are the limits format's bounded numbers (taskfuse.limits.schema: finite,
+within stated bounds, strict): a value or mean is at most 30 days, a mean at least a
+millionth of a second, a count at most 1e9.
+
 Each spec is a strict pydantic model (for the scenario file) with a `sampler(rng)` that
 returns a zero-argument callable: the hot path draws with a bound method of an injected
 `random.Random`, about ten times cheaper than a numpy scalar draw.
@@ -28,6 +32,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from taskfuse.limits.schema import Count, Mean, NonNeg, Offset
+
 Sampler = Callable[[], float]
 
 
@@ -49,7 +55,7 @@ class _Dist(BaseModel):
 
 class Constant(_Dist):
     dist: Literal["constant"] = "constant"
-    value: float = Field(ge=0)
+    value: Offset
 
     def sampler(self, rng: random.Random) -> Sampler:
         value = self.value
@@ -66,8 +72,8 @@ class Constant(_Dist):
 
 class Uniform(_Dist):
     dist: Literal["uniform"]
-    low: float = Field(ge=0)
-    high: float = Field(ge=0)
+    low: Offset
+    high: Offset
 
     @model_validator(mode="after")
     def _order(self) -> Uniform:
@@ -90,7 +96,7 @@ class Uniform(_Dist):
 
 class Exponential(_Dist):
     dist: Literal["exponential"]
-    mean_s: float = Field(gt=0, alias="mean")
+    mean_s: Mean = Field(alias="mean")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
@@ -106,8 +112,8 @@ class Exponential(_Dist):
 
 class Lognormal(_Dist):
     dist: Literal["lognormal"]
-    mean_s: float = Field(gt=0, alias="mean")
-    cv: float = Field(ge=0)
+    mean_s: Mean = Field(alias="mean")
+    cv: NonNeg
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
                               allow_inf_nan=False)
@@ -132,8 +138,8 @@ class Lognormal(_Dist):
 
 class Empirical(_Dist):
     dist: Literal["empirical"]
-    values: list[Annotated[float, Field(ge=0)]] | None = None
-    percentiles: dict[float, Annotated[float, Field(ge=0)]] | None = None
+    values: list[Offset] | None = None
+    percentiles: dict[float, Offset] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> Empirical:
@@ -189,8 +195,8 @@ class Empirical(_Dist):
 
 class Integers(_Dist):
     dist: Literal["integers"]
-    low: int = Field(ge=0)
-    high: int = Field(ge=0)
+    low: Count
+    high: Count
 
     @model_validator(mode="after")
     def _order(self) -> Integers:

@@ -130,6 +130,8 @@ def parse_constraint(text: str) -> Constraint:
         limit = float(raw)
     except ValueError:
         raise ScenarioError(f"--slo {text!r}: {raw!r} is not a number") from None
+    if not math.isfinite(limit):  # 1e999 reads as inf: a bound nothing can break
+        raise ScenarioError(f"--slo {text!r}: {raw!r} is not a finite number")
     if unit == "ms":
         limit /= 1000.0
     return Constraint(canonical(path), op, limit, text.strip())

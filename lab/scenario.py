@@ -41,17 +41,30 @@ from taskfuse.configfile import (
 )
 from taskfuse.limits.files import join_limits, limits_of, read_limits_document, strip_limits
 from taskfuse.limits.schema import (
+    MAX_NUMBER,
     BatchLimits,
     BreakerSpec,
+    Count,
     DownstreamLimits,
+    Duration,
     Limits,
+    NonNeg,
+    Offset,
+    Period,
     PoolLimits,
+    PosFloat,
+    PosInt,
+    Ratio,
+    Seed,
     Strict,
 )
 
+# Every number of the world is one of the limits format's bounded types (taskfuse.core.bounds
+# says why): finite, within stated bounds, strict (`true` and "5" are not numbers). Times of
+# the world (windows, latencies, a fault's moment) are Offsets: 0 to 30 days.
 Dist = Annotated[DistSpec, BeforeValidator(as_dist)]
-PosFloat = Annotated[float, Field(gt=0)]
-NonNeg = Annotated[float, Field(ge=0)]
+#: How many times slower (a slowdown's factor, a burst over its rate): 1 to MAX_NUMBER.
+Factor = Annotated[float, Field(strict=True, ge=1, le=MAX_NUMBER)]
 
 # Bounds on numbers that would otherwise decide how much memory or time a run takes before
 # it can say anything (scenarios/README.md, "Bounds"). Far above any shipped scenario. The
@@ -90,8 +103,8 @@ ScenarioError = ConfigError
 
 
 class Window(Strict):
-    start_s: NonNeg
-    end_s: NonNeg
+    start_s: Offset
+    end_s: Offset
 
     @model_validator(mode="after")
     def _order(self) -> Window:
@@ -108,20 +121,20 @@ class Outage(Window):
 
     mode: Literal["error", "hang"] = "error"
     error: str = "http_503"
-    latency_s: NonNeg = 0.005
+    latency_s: Offset = 0.005
 
 
 class Slowdown(Window):
     """Service times are multiplied by factor inside the window (2 = half speed)."""
 
-    factor: Annotated[float, Field(ge=1)] = 2.0
+    factor: Factor = 2.0
 
 
 class Capacity(Strict):
     """c servers with a FIFO queue in front: latency = queueing + service, so it grows
     with load. Without it, latency is drawn independently of load."""
 
-    servers: Annotated[int, Field(ge=1)]
+    servers: PosInt
     service: Dist
 
 
@@ -129,11 +142,11 @@ class Provider(Strict):
     """The other side of a downstream: its own limit, latency, errors and outages."""
 
     rate: PosFloat | None = None
-    burst: Annotated[float, Field(ge=1)] | None = None
-    reject_latency_s: NonNeg = 0.01
+    burst: Factor | None = None
+    reject_latency_s: Offset = 0.01
     latency: Dist = Constant(value=0.1)
     capacity: Capacity | None = None
-    errors: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
+    errors: dict[str, Ratio] = Field(default_factory=dict)
     outages: list[Outage] = Field(default_factory=list)
     slowdowns: list[Slowdown] = Field(default_factory=list)
 
@@ -149,7 +162,7 @@ class Downstream(DownstreamLimits):
     """A downstream: the provider (world) and our client's fuses (limits, `client`)."""
 
     provider: Provider
-    safety_factor: Annotated[float, Field(gt=0, le=1)] = 0.7
+    safety_factor: Annotated[Ratio, Field(gt=0)] = 0.7
 
 
 class Pool(PoolLimits):
@@ -160,7 +173,7 @@ class Pool(PoolLimits):
 
 
 class RateStep(Strict):
-    at_s: NonNeg
+    at_s: Offset
     rate: NonNeg
 
 
@@ -172,7 +185,7 @@ class Business(Strict):
     rate: NonNeg
     schedule: list[RateStep] = Field(default_factory=list)
     query: Dist
-    gateway_timeout_s: PosFloat = 5.0
+    gateway_timeout_s: Duration = 5.0
     breaker: BreakerSpec | None = None
 
 
@@ -230,7 +243,7 @@ class HangSpec(Strict):
     at the timeout and respawned; under `async` it is an await that never returns in time,
     and the coroutine is cancelled at the timeout (its slot free at once)."""
 
-    probability: Annotated[float, Field(ge=0, le=1)]
+    probability: Ratio
     duration: Dist
 
 
@@ -266,14 +279,14 @@ class Arrival(Strict):
     schedule: Poisson with the rate changing at given times."""
 
     kind: Literal["closed", "poisson", "schedule", "cron"] = "closed"
-    start_s: NonNeg = 0.0
+    start_s: Offset = 0.0
     rate: PosFloat | None = None
     steps: list[RateStep] = Field(default_factory=list)
     #: cron: `per_tick` tasks at each tick of `cron` in `tz`, virtual time 0 being `origin`
     cron: str | None = None
     tz: str | None = None
     origin: str | None = None
-    per_tick: Annotated[int, Field(ge=1)] = 1
+    per_tick: PosInt = 1
     #: Scenario seconds per second of the cron's clock (`lab loadtest --time-scale` sets it)
     tick_scale: PosFloat = 1.0
 
@@ -300,10 +313,10 @@ class BatchSpec(BatchLimits):
     """A batch of the world (how many tasks, when they arrive, what each does) with its
     limits (cap, priority, timeout_s, max_retry: see BatchLimits)."""
 
-    count: Annotated[int, Field(ge=0)]
+    count: Count
     kind: str = "task"
     arrival: Arrival = Arrival()
-    duplicates: Annotated[float, Field(ge=0, le=1)] = 0.0
+    duplicates: Ratio = 0.0
     program: list[Step] = Field(min_length=1)
     children: list[Child] = Field(default_factory=list)
 
@@ -332,18 +345,18 @@ class Fault(Strict):
     """worker_crash: `workers` workers die at at_s; their RUNNING tasks are left behind."""
 
     kind: Literal["worker_crash"]
-    at_s: NonNeg
-    workers: Annotated[int, Field(ge=1)] = 1
+    at_s: Offset
+    workers: PosInt = 1
 
 
 class SLO(Strict):
     """Promises the run must keep; a broken one makes `lab simulate` exit 1."""
 
-    business_p99_s: PosFloat | None = None
-    business_timeouts: Annotated[int, Field(ge=0)] | None = None
-    makespan_s: PosFloat | None = None
-    success_rate: Annotated[float, Field(ge=0, le=1)] | None = None
-    max_429: Annotated[int, Field(ge=0)] | None = None
+    business_p99_s: Duration | None = None
+    business_timeouts: Count | None = None
+    makespan_s: Duration | None = None
+    success_rate: Ratio | None = None
+    max_429: Count | None = None
 
 
 def _file_name_part(name: str) -> str:
@@ -361,9 +374,9 @@ class Scenario(Limits):
 
     name: Annotated[str, AfterValidator(_file_name_part)] = "scenario"
     description: str = ""
-    seed: int = 0
-    horizon_s: PosFloat = 3600.0
-    sample_interval_s: PosFloat = 1.0
+    seed: Seed = 0
+    horizon_s: Duration = 3600.0
+    sample_interval_s: Period = 1.0
     pools: dict[str, Pool] = Field(default_factory=dict)  # type: ignore[assignment]
     downstreams: dict[str, Downstream] = Field(default_factory=dict)  # type: ignore[assignment]
     business: Business | None = None
@@ -372,7 +385,7 @@ class Scenario(Limits):
     #: How long a worker of a `process` kind is gone after its process is killed (timeout or
     #: cancel): the kill and a new process ready to claim. Measured on a 2-core machine:
     #: 0.14-0.30 s with fork or forkserver (median about 0.2 s), so 0.2 by default.
-    process_respawn_s: NonNeg = 0.2
+    process_respawn_s: Offset = 0.2
     slo: SLO = SLO()
     _limits_source: str | None = PrivateAttr(default=None)
     _limits_only: frozenset[tuple[str, str]] = PrivateAttr(default=frozenset())
@@ -506,8 +519,6 @@ def parse_scenario(text: str, source: str = "<scenario>",
     if problems:
         loc, what = problems[0]
         raise ScenarioError(located(source, lines, loc, what))
-    if not math.isfinite(scenario.horizon_s):
-        raise ScenarioError(f"{source}: horizon_s: expected a finite number of seconds")
     scenario._limits_source = limits_source
     return scenario
 

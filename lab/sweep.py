@@ -49,12 +49,16 @@ from lab.scenario import (
     self_contained,
 )
 from taskfuse.configfile import located, parse_document
+from taskfuse.limits.schema import MAX_NUMBER
 from taskfuse.textable import columns
 
 Point = tuple[Any, ...]
 Report = dict[str, Any]
 Runner = Callable[["Job"], Report]
 MAX_POINTS = 1_000_000
+#: The smallest step of a range: values are rounded to 12 decimals, so a smaller step would
+#: give the same value twice.
+MIN_STEP = 1e-9
 
 
 # -- axes ----------------------------------------------------------------------------------
@@ -83,14 +87,19 @@ def _split_items(spec: str) -> list[str]:
 
 
 def _number(raw: str, text: str) -> int | float:
+    """An end or step of a range: finite and at most MAX_NUMBER either way (the bound of
+    every number of a scenario), so the count of values is arithmetic, not an overflow."""
     try:
-        return int(raw)
+        value: int | float = int(raw) if len(raw) <= 40 else float("nan")
     except ValueError:
-        pass
-    try:
-        return float(raw)
-    except ValueError:
-        raise ScenarioError(f"--vary {text!r}: {raw!r} is not a number") from None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ScenarioError(f"--vary {text!r}: {raw[:40]!r} is not a number") from None
+    if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+        raise ScenarioError(f"--vary {text!r}: expected a range's numbers from "
+                            f"-{MAX_NUMBER:g} to {MAX_NUMBER:g}, got {raw[:40]!r}")
+    return value
 
 
 def parse_range(spec: str, text: str) -> list[int | float]:
@@ -99,8 +108,9 @@ def parse_range(spec: str, text: str) -> list[int | float]:
     hi_raw, _, step_raw = rest.partition(":")
     lo, hi = _number(lo_raw.strip(), text), _number(hi_raw.strip(), text)
     step = _number(step_raw.strip(), text) if step_raw.strip() else 1
-    if step == 0:
-        raise ScenarioError(f"--vary {text!r}: the step of {spec!r} is 0")
+    if abs(step) < MIN_STEP:
+        raise ScenarioError(f"--vary {text!r}: the step of {spec!r} is below {MIN_STEP:g} "
+                            "(values are rounded to 12 digits)")
     count = math.floor((hi - lo) / step + 1e-9) + 1
     if count <= 0:
         raise ScenarioError(f"--vary {text!r}: the range {spec!r} has no values (from {lo} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -189,3 +190,157 @@ def test_a_malformed_ipv6_store_url_is_one_line(command: str) -> None:
     # one line and exit 2 (not its time: loading the monitor's modules is slow when busy)
     assert answer.code == 2 and answer.err.count("\n") == 1, answer.err
     assert "Invalid IPv6 URL" in answer.err and "secret" not in answer.err
+
+
+# -- the lab: every number of a scenario's world and every number flag (issue 27 leftovers) --
+
+#: A scenario with a field of every class of number the world has; `{path}` below names one.
+WORLD = """\
+name: hostile
+seed: 1
+horizon_s: 600
+sample_interval_s: 1.0
+process_respawn_s: 0.2
+workers: 2
+pools:
+  shared: {size: 2, outages: [{start_s: 10, end_s: 20}]}
+downstreams:
+  partner:
+    safety_factor: 0.7
+    provider:
+      rate: 20
+      burst: 5
+      reject_latency_s: 0.01
+      errors: {http_503: 0.01}
+      latency: {dist: lognormal, mean: 0.1, cv: 0.5}
+      capacity: {servers: 4, service: {dist: exponential, mean: 0.1}}
+      outages: [{start_s: 30, end_s: 40, latency_s: 0.005}]
+      slowdowns: [{start_s: 50, end_s: 60, factor: 2}]
+business:
+  pool: shared
+  rate: 5
+  schedule: [{at_s: 100, rate: 2}]
+  query: {dist: uniform, low: 0.01, high: 0.02}
+  gateway_timeout_s: 2
+batches:
+  - id: skus
+    count: 50
+    duplicates: 0.1
+    arrival: {kind: poisson, start_s: 1, rate: 10}
+    program:
+      - db: {pool: shared, query: 0.02}
+      - call: {downstream: partner, count: {dist: integers, low: 1, high: 3}}
+      - hang: {probability: 0.01, duration: {dist: empirical, values: [1, 2]}}
+faults: [{kind: worker_crash, at_s: 5, workers: 1}]
+slo: {business_p99_s: 0.5, business_timeouts: 3, success_rate: 0.9}
+"""
+#: One field of each class (a key path for --set): seed, duration, period, time of the world,
+#: latency, rate, rate that may be 0, factor, ratio, count, a distribution's parameters.
+WORLD_FIELDS = [
+    "seed", "horizon_s", "sample_interval_s", "process_respawn_s", "pools.shared.outages.0.end_s",
+    "downstreams.partner.provider.reject_latency_s", "downstreams.partner.provider.rate",
+    "downstreams.partner.provider.burst", "downstreams.partner.safety_factor",
+    "downstreams.partner.provider.errors.http_503",
+    "downstreams.partner.provider.latency.mean", "downstreams.partner.provider.latency.cv",
+    "downstreams.partner.provider.capacity.servers",
+    "downstreams.partner.provider.capacity.service.mean",
+    "downstreams.partner.provider.outages.0.latency_s",
+    "downstreams.partner.provider.slowdowns.0.factor", "business.rate",
+    "business.schedule.0.at_s", "business.schedule.0.rate", "business.query.high",
+    "business.gateway_timeout_s", "batches.0.count", "batches.0.duplicates",
+    "batches.0.arrival.start_s", "batches.0.arrival.rate", "batches.0.program.0.db.query",
+    "batches.0.program.1.call.count.high", "batches.0.program.2.hang.probability",
+    "batches.0.program.2.hang.duration.values.0", "faults.0.at_s", "faults.0.workers",
+    "slo.business_p99_s", "slo.business_timeouts", "slo.success_rate",
+]
+HOSTILE = ["nan", ".inf", "-1", "1e308", "1e-300", "true", "'5'"]
+
+
+def _lab_answer(argv: list[str], monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """`lab ARGV` in this process, stopped where a valid input would start a run."""
+    from lab.cli import main as lab_main
+    from tests.hostile import WouldGoOn
+
+    def would_run(*args: object, **kwargs: object) -> None:
+        raise WouldGoOn
+
+    for target in ("lab.run.run_scenario", "lab.sweep.run_sweep", "lab.size.search",
+                   "lab.loadtest.runner.run_loadtest"):
+        monkeypatch.setattr(target, would_run, raising=False)
+    return answer_of(lab_main, argv)
+
+
+def test_the_world_scenario_itself_is_valid(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hostile cases below are refused for their value, not for a broken scenario."""
+    path = tmp_path / "w.yaml"
+    path.write_text(WORLD)
+    answer = _lab_answer(["simulate", str(path), "--no-trace"], monkeypatch)
+    assert answer.code is None, answer.err
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+@pytest.mark.parametrize("field", WORLD_FIELDS)
+def test_every_number_of_a_scenario_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               field: str, value: str) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(WORLD)
+    answer = _lab_answer(["simulate", str(path), "--no-trace", "--set", f"{field}={value}"],
+                         monkeypatch)
+    answer.hold_to_promises()
+    assert answer.code == 2, answer.err
+    # where: the file, its line and the key (a list index reads [0] in the message)
+    where = re.sub(r"\.(\d+)", r"[\1]", field).replace(".values[0]", ".values")
+    assert "w.yaml:" in answer.err and where in answer.err, answer.err
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE if v != "'5'"] + ["0", "9" * 5000])
+@pytest.mark.parametrize("argv", [
+    ["simulate", "{file}", "--seed"], ["simulate", "{file}", "--watch", "--speed"],
+    ["simulate", "{file}", "--max-tasks"],
+    ["sweep", "{file}", "--vary", "workers=1,2", "--seed"],
+    ["sweep", "{file}", "--vary", "workers=1,2", "--seeds"],
+    ["sweep", "{file}", "--vary", "workers=1,2", "--jobs"],
+    ["size", "{file}", "--vary", "workers=1,2", "--minimize", "makespan_s", "--budget"],
+    ["loadtest", "{file}", "--time-scale"], ["loadtest", "{file}", "--seed"],
+    ["compare", "{file}", "--tolerance"],
+], ids=lambda argv: " ".join(a for a in argv if a != "{file}"))
+def test_every_number_flag_of_the_lab_is_bounded(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 argv: list[str], value: str) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(WORLD)
+    flag = argv[-1]
+    full = [str(path) if a == "{file}" else a for a in argv]
+    answer = _lab_answer([*full, value], monkeypatch)
+    if answer.code is None:  # a valid value: 0 for a seed or --max-tasks (none); a tolerance
+        # is a threshold that may be 0, so a tiny one is valid too (nothing divides by it)
+        assert (flag, value) in {("--seed", "0"), ("--max-tasks", "0"), ("--tolerance", "0"),
+                                 ("--tolerance", "1e-300")}
+        return
+    answer.hold_to_promises()
+    assert f"argument {flag}: expected" in answer.err, answer.err
+    assert "9" * 100 not in answer.err
+
+
+@pytest.mark.parametrize("spec", ["nan..5", "1..inf", "1..1e308:1e300", "1e-300..1e-299:1e-301",
+                                  "1..5:nan", "1..5:0", "9" * 5000 + "..1", "true..5"])
+def test_a_sweep_range_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  spec: str) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(WORLD)
+    for command in (["sweep"], ["size", "--minimize", "makespan_s"]):
+        answer = _lab_answer([command[0], str(path), *command[1:], "--vary",
+                              f"workers={spec}", "--jobs", "1"], monkeypatch)
+        answer.hold_to_promises()
+        assert answer.code == 2 and "--vary" in answer.err, answer.err
+
+
+def test_an_slo_bound_that_reads_as_infinite_is_one_line(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(WORLD)
+    answer = _lab_answer(["size", str(path), "--vary", "workers=1,2", "--minimize", "makespan_s",
+                          "--slo", "business.p99_s<=1e999"], monkeypatch)
+    answer.hold_to_promises()
+    assert answer.code == 2 and "'1e999' is not a finite number" in answer.err

@@ -15,6 +15,10 @@ import pytest
 
 from benchmarks import regression
 
+# The gate's CPU ratios are timed: `make test` runs this file alone, after the rest (which
+# runs on two processes).
+pytestmark = pytest.mark.serial
+
 SHIPPED = sorted(p.name for p in (regression.ROOT / "scenarios").glob("*.yaml"))
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
 from lab.scenario import Scenario, ScenarioError
 
 Doc = dict[str, Any]
@@ -33,7 +35,13 @@ def scale_scenario(scenario: Scenario, factor: float) -> Scenario:
         return scenario
     doc = scenario.model_dump(mode="python", by_alias=True)
     _Scaler(factor).scenario(doc)
-    return Scenario.model_validate(doc)
+    try:
+        return Scenario.model_validate(doc)
+    except ValidationError as exc:  # a scaled number left its bounds: one line, not a trace
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ScenarioError(f"--time-scale {factor:g}: {where} scaled is out of bounds: "
+                            f"{first['msg'].lower()}, got {first['input']!r}") from None
 
 
 class _Scaler:

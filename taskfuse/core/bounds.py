@@ -21,6 +21,9 @@ MIN_DURATION_S = 0.001
 MAX_DURATION_S = 30 * 86_400.0
 #: The shortest period of a loop that touches the store (heartbeat, watchdog, sweeper).
 MIN_PERIOD_S = 0.01
+#: The smallest positive number (a rate, a mean, a factor) a person may write: a millionth.
+#: Below it a "positive" number is zero by mistake (1e-300 per second is never).
+MIN_POSITIVE = 1e-6
 #: Retries a task may be given.
 MAX_RETRY = 1_000
 #: Integers a store keeps in a 64-bit column (priority).

@@ -584,7 +584,7 @@ class Scheduler:
         new = move(t, TaskEvent.TIME_OUT, now, error_kind=ErrorKind.TIMEOUT, error_msg=msg)
         return new, decision.reason
 
-    def sweep(self, now: float) -> list[Task]:
+    def sweep(self, now: float, answering_for_s: float | None = None) -> list[Task]:
         """The orphan sweeper: three rules, each on its own, always through the version check.
 
         1. Orphans: a RUNNING task whose lease lapsed (`lease_s` without a heartbeat) or, in
@@ -605,12 +605,22 @@ class Scheduler:
            attempt remains; so "at the limit and still RUNNING" never outlives 2 x timeout.
 
         Rule 1 runs first, so what it requeues is seen by rule 2 as waiting since `now`.
+
+        Rule 1 waits a lease after an outage. `answering_for_s` is how long the store has
+        answered without a break (None: no break known). Within `lease_s` of the database
+        answering again, a lapsed lease proves nothing: a live worker could not renew it
+        during the outage, and it may hold an attempt's outcome it is about to commit;
+        handing that task back would run its side effect twice. A lease later, every live
+        worker has renewed its leases or committed its outcomes (a heartbeat comes more
+        often than a lease), and what is still stale is an orphan.
         """
         moved = []
-        for task in self.store.stale_running(now, self.config.lease_s):
-            new = self._apply(task.task_id, now, partial(self._orphan_move, now=now, seen=task))
-            if new is not None:
-                moved.append(new)
+        if not self.leases_wait(answering_for_s):
+            for task in self.store.stale_running(now, self.config.lease_s):
+                new = self._apply(task.task_id, now,
+                                  partial(self._orphan_move, now=now, seen=task))
+                if new is not None:
+                    moved.append(new)
         for task in self.store.running_over_limit():
             new = self._apply(task.task_id, now, partial(self._over_limit_move, now=now,
                                                          seen=task))
@@ -623,6 +633,11 @@ class Scheduler:
                 if new is not None:
                     moved.append(new)
         return moved
+
+    def leases_wait(self, answering_for_s: float | None) -> bool:
+        """Whether the store answers again since less than a lease (see `sweep`)."""
+        lease = self.config.lease_s
+        return answering_for_s is not None and lease is not None and answering_for_s < lease
 
     def _orphan_move(self, t: Task, now: float, seen: Task) -> tuple[Task, str] | None:
         if t.status is not _RUNNING or t.version != seen.version:

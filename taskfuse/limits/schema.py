@@ -63,9 +63,18 @@ Period = Annotated[float, Field(strict=True, ge=bounds.MIN_PERIOD_S, le=bounds.M
 Offset = Annotated[float, Field(strict=True, ge=0, le=bounds.MAX_DURATION_S)]
 #: The largest rate, size or ratio a file may give (far above any real one; finite).
 MAX_NUMBER = 1e9
-PosFloat = Annotated[float, Field(strict=True, gt=0, le=MAX_NUMBER)]
+#: A positive rate, size or factor: a millionth (bounds.MIN_POSITIVE) to MAX_NUMBER.
+PosFloat = Annotated[float, Field(strict=True, ge=bounds.MIN_POSITIVE, le=MAX_NUMBER)]
 NonNeg = Annotated[float, Field(strict=True, ge=0, le=MAX_NUMBER)]
 PosInt = Annotated[int, Field(strict=True, ge=1, le=int(MAX_NUMBER))]
+#: A count that may be zero (tasks of a batch, an SLO's allowed failures).
+Count = Annotated[int, Field(strict=True, ge=0, le=int(MAX_NUMBER))]
+#: A share or a probability: 0 to 1.
+Ratio = Annotated[float, Field(strict=True, ge=0, le=1)]
+#: A mean drawn around (a latency, a service time): a millionth of a second to 30 days.
+Mean = Annotated[float, Field(strict=True, ge=bounds.MIN_POSITIVE, le=bounds.MAX_DURATION_S)]
+#: A seed of the random streams: what numpy and a trace file's name take (0 to 2^63 - 1).
+Seed = Annotated[int, Field(strict=True, ge=0, le=bounds.MAX_INT64)]
 Retries = Annotated[int, Field(strict=True, ge=0, le=bounds.MAX_RETRY)]
 Priority = Annotated[int, Field(strict=True, ge=bounds.MIN_INT64, le=bounds.MAX_INT64)]
 
@@ -319,7 +328,7 @@ class Alerts(Strict):
     running_for_s: Offset = 300.0
     queue_depth: NonNeg = 500
     queue_for_s: Offset = 600.0
-    success_rate: Annotated[float, Field(strict=True, ge=0, le=1)] = 0.95
+    success_rate: Ratio = 0.95
     min_finished: Annotated[int, Field(strict=True, ge=0, le=int(MAX_NUMBER))] = 20
     p99_ratio: PosFloat = 2.0
     p99_baseline_s: dict[str, Duration] = Field(default_factory=dict)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from taskfuse.core.events import EventSink
 from taskfuse.core.scheduler import Scheduler
@@ -34,6 +34,8 @@ Each pass applies three rules, each on its own, every move through the version c
   1. orphans: a RUNNING task whose lease lapsed (no heartbeat for --lease seconds), or
      RUNNING longer than 2 x its timeout whatever its lease, goes back to PENDING when
      attempts remain, else FAILED (error_kind "orphaned": worker crashed or task hung).
+     Not within a lease of the database answering again after an outage (PostgreSQL):
+     its workers could not renew leases meanwhile and may hold outcomes to commit.
   2. waited too long: a PENDING task waiting longer than --max-pending-age is CANCELED
      ("expired"). Waiting counts from when it last became PENDING (submitted, retried,
      deferred by a breaker, released at shutdown, requeued by rule 1), or from its
@@ -60,9 +62,30 @@ def sweeper_scheduler(
     return app.scheduler(store, sinks=sinks)
 
 
+@runtime_checkable
+class KnowsOutages(Protocol):
+    """A store that can tell how long its database has answered without a break
+    (PostgresStore); an embedded store has no outage to tell of."""
+
+    def answering_for(self) -> float:
+        """Seconds since the database last came back (or started)."""
+        ...
+
+
+def answering_for(store: object) -> float | None:
+    """How long `store` has answered without a break, or None when it cannot tell."""
+    return store.answering_for() if isinstance(store, KnowsOutages) else None
+
+
 def sweep_once(scheduler: Scheduler, now: float) -> list[Task]:
-    """One pass; logs every move with the task's trace_id."""
-    moved = scheduler.sweep(now)
+    """One pass; logs every move with the task's trace_id. Lapsed leases wait a lease after
+    the database answers again (`Scheduler.sweep`): their workers may be alive, holding
+    outcomes they could not commit during the outage."""
+    answering = answering_for(scheduler.store)
+    moved = scheduler.sweep(now, answering)
+    if scheduler.leases_wait(answering):
+        log.info("the store answers again since %.1fs: lapsed leases wait a lease (%gs)",
+                 answering, scheduler.config.lease_s)
     for task in moved:
         log.info(
             "swept task %s -> %s (%s)", task.task_id, task.status.value, task.error_msg,

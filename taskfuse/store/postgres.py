@@ -24,9 +24,11 @@ Theory of operation
   connection per process turns into wake-ups.
 * A broken connection (database restart, failover, a killed backend) is retried with
   exponential backoff (capped at 1 s) for up to ``retry_for`` seconds, and the pool tries
-  to reconnect each of its connections at least every `_RECONNECT_MAX_S` however long the
-  outage (psycopg_pool's own schedule doubles from 1 s to 32 s and beyond, so work used to
-  resume up to half an outage's length after the database answered again). A retry first
+  to reconnect at least every `_RECONNECT_MAX_S` however long the outage (`_pool`, with
+  psycopg_pool's public options; its own schedule doubles from 1 s to 32 s and beyond, so
+  work used to resume up to half an outage's length after the database answered again).
+  How long the database has answered since (`answering_for`) tells the sweeper to give
+  lapsed leases a lease's time to be renewed after an outage. A retry first
   asks whether the attempt it repeats already committed (a claim finds its rows by a
   token, a swap compares the stored record with the one it wrote, an insert finds its
   rows), so a restart neither loses a task nor runs one twice. After that,
@@ -98,23 +100,22 @@ _KEPT_COUNTS = 5
 _KEPT_BATCH_COUNTS = 6
 
 
-#: Longest wait between the pool's attempts to reconnect one of its connections.
+#: Longest wait between the pool's attempts to reconnect (its `reconnect_timeout`).
 _RECONNECT_MAX_S = 0.5
 
 
-class _Reconnect:
-    """The reconnection schedule of one pool connection: 0.05 s, doubling to
-    `_RECONNECT_MAX_S`, never giving up (how long a caller waits is `retry_for`'s, in
-    `PostgresStore._run`). psycopg_pool's own schedule has the same two methods."""
+def _reconnect_again(pool: ConnectionPool) -> None:  # type: ignore[type-arg]
+    """The pool's `reconnect_failed` callback: start the next attempt at once.
 
-    def __init__(self) -> None:
-        self.delay = 0.0
-
-    def update_delay(self, now: float) -> None:
-        self.delay = min(_RECONNECT_MAX_S, max(0.05, self.delay * 2))
-
-    def time_to_give_up(self, now: float) -> bool:
-        return False
+    psycopg_pool's own schedule waits 1 s, then 2, 4, ... up to `reconnect_timeout` (5 min),
+    then gives the connection up; work used to resume up to half an outage's length after
+    the database answered again. With `reconnect_timeout=_RECONNECT_MAX_S` an attempt gives
+    up after that long, and this callback's `check()` (public API: it tests the idle
+    connections and grows the pool back towards `min_size`) starts a fresh one, so the pool
+    tries at least every `_RECONNECT_MAX_S` however long the outage. A closed pool is left
+    alone."""
+    if not pool.closed:
+        pool.check()
 
 
 class _QuietReconnects(logging.Filter):
@@ -128,7 +129,7 @@ class _QuietReconnects(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        if record.msg != "error connecting in %r: %s" or not args:
+        if record.msg not in _RECONNECT_MESSAGES or not args:
             return True
         name = str(args[0])
         if not name.startswith("taskfuse:"):
@@ -142,19 +143,19 @@ class _QuietReconnects(logging.Filter):
 
 
 _RECONNECT_LOG_S = 10.0
+#: psycopg_pool's lines about a failed connection attempt and an attempt given up.
+_RECONNECT_MESSAGES = ("error connecting in %r: %s",
+                       "reconnection attempt in pool %r failed after %s sec")
 _QUIET_RECONNECTS = _QuietReconnects()
 
 
-class _Pool(ConnectionPool):  # type: ignore[type-arg]
-    """A ConnectionPool whose reconnections follow `_Reconnect` (see the module doc); its
-    failed attempts are logged at most once per `_RECONNECT_LOG_S`."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        logging.getLogger("psycopg.pool").addFilter(_QUIET_RECONNECTS)  # once: same object
-        super().__init__(*args, **kwargs)
-
-    def _add_connection(self, attempt: Any, growing: bool = False) -> None:
-        super()._add_connection(attempt or _Reconnect(), growing)
+def _pool(conninfo: str, **kwargs: Any) -> ConnectionPool:  # type: ignore[type-arg]
+    """A ConnectionPool that reconnects at least every `_RECONNECT_MAX_S` through its public
+    options (`reconnect_timeout`, `reconnect_failed`: see `_reconnect_again`); its failed
+    attempts are logged at most once per `_RECONNECT_LOG_S`."""
+    logging.getLogger("psycopg.pool").addFilter(_QUIET_RECONNECTS)  # once: same object
+    return ConnectionPool(conninfo, reconnect_timeout=_RECONNECT_MAX_S,
+                          reconnect_failed=_reconnect_again, **kwargs)
 
 
 def _claim_move() -> tuple[str, int]:
@@ -375,6 +376,10 @@ class PostgresStore(NamedQueryReads):
         self.done_channel = f"taskfuse_done_{self.schema}"
         self._closed = False
         self._bound = threading.local()
+        #: Whether this store's last call met a broken connection, and when (monotonic) a
+        #: call first got through after the last such failure (see `answering_for`).
+        self._down = False
+        self._back_at: float | None = None
         self._capped = True
         self._capped_until = 0.0
         self.read_only = read_only
@@ -387,7 +392,7 @@ class PostgresStore(NamedQueryReads):
             self._kept_batch_counts = version >= _KEPT_BATCH_COUNTS
         else:
             self._on_own_connection(self._migrate)
-        self.pool = _Pool(
+        self.pool = _pool(
             self._conninfo,
             min_size=pool_min,
             max_size=pool_max,
@@ -500,17 +505,33 @@ class PostgresStore(NamedQueryReads):
             wait = None if deadline is None else max(0.05, deadline - time.monotonic())
             try:
                 with self.pool.connection(timeout=wait) as conn:
-                    return op(conn, retried)
+                    answer = op(conn, retried)
+                if self._down:  # the first call through after an outage
+                    self._down, self._back_at = False, time.monotonic()
+                return answer
             except psycopg.DataError as exc:  # a value PostgreSQL refuses (e.g. NUL in JSON)
                 raise self._refused(exc) from None
             except psycopg.OperationalError as exc:
                 if not transient(exc):  # an answer, not an outage (store/classify.py)
                     raise self._refused(exc) from None
+                # a broken connection, not a busy pool: only an outage delays the sweeper
+                self._down = self._down or not isinstance(exc, PoolTimeout)
                 if deadline is None:
                     deadline = time.monotonic() + self.retry_for
                 delay = self._wait_to_retry(exc, deadline, delay)
                 self.pool.check()  # a pool timeout too: the pool may have room to grow
                 retried = True
+
+    def answering_for(self) -> float:
+        """Seconds the database has answered without a break, as far as this store can tell:
+        since the server last started (a restart ends most outages) and since this
+        process's calls last met a broken connection. The sweeper gives lapsed leases that
+        long to be renewed (`Scheduler.sweep`): a worker that held an outcome through an
+        outage could not heartbeat meanwhile. An outage this process did not see and that
+        did not restart the server (a network cut while the sweeper slept) is not known."""
+        uptime = float(self._run(lambda conn, _: conn.execute(Q["server_uptime"]).fetchone()[0]))
+        back_at = self._back_at
+        return uptime if back_at is None else min(uptime, time.monotonic() - back_at)
 
     @contextmanager
     def retries_within(self, seconds: float) -> Iterator[None]:

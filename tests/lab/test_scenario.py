@@ -42,7 +42,8 @@ def test_every_shipped_scenario_validates(path) -> None:
         (GOOD.replace("size: 2", "size: 0"),
          "<t>:2: pools.db.size: input should be greater than or equal to 1, got 0"),
         (GOOD.replace("rate: 10", "rate: -5"),
-         "<t>:5: downstreams.api.provider.rate: input should be greater than 0, got -5"),
+         "<t>:5: downstreams.api.provider.rate: input should be greater than or equal to "
+         "0.000001, got -5"),
         ("seed: abc\n" + GOOD, "<t>:1: seed: input should be a valid integer"),
         (GOOD.replace("count: 3", "count: many"), "<t>:8: batches[0].count: input should be"),
     ],

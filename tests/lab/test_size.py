@@ -171,10 +171,11 @@ def test_no_feasible_point_shows_the_closest_and_exits_1(capsys) -> None:
     (["--slo", "business.p99_s<<1", "--minimize", "makespan_s"], "expected PATH OP NUMBER"),
     (["--slo", "business.p98_s<=1", "--minimize", "makespan_s"], "--slo 'business.p98_s'"),
     (["--maximize", "speed"], "--maximize 'speed': no key 'speed'"),
-    (["--minimize", "makespan_s", "--budget", "0"], "--budget 0"),
+    (["--minimize", "makespan_s", "--budget", "0"],
+     "argument --budget: expected a whole number from 1"),
 ])
 def test_bad_size_input_is_one_line_and_exit_2(extra: list[str], says: str, capsys) -> None:
     argv = ["size", str(TINY), "--vary", "workers=2,4", "--jobs", "1", *extra]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("lab: ") and "\n" not in err and says in err
+    assert err.startswith("lab") and "\n" not in err and says in err

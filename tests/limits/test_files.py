@@ -54,7 +54,7 @@ def test_every_shipped_limits_file_validates(path: Path) -> None:
         ("downstreams:\n  p:\n    provider: {rate: 3}\n",
          "<l>:3: downstreams.p.provider: unknown key"),
         ("retry: {budget: {kind: tokens, cost: 0}}\n",
-         "<l>:1: retry.budget.cost: input should be greater than 0"),
+         "<l>:1: retry.budget.cost: input should be greater than or equal to 0.000001"),
         ("sweeper: {lease_s: 3, heartbeat_s: 5}\n",
          "<l>:1: sweeper: heartbeat_s must be < lease_s"),
         ("batches: [{id: a}, {id: a}]\n", "<l>:1: batches: batch id 'a' is listed twice"),

@@ -1,5 +1,6 @@
 """After a PostgreSQL outage of any length, work resumes within a few seconds of the database
-answering again, and outcomes held through an outage are written, not expired.
+answering again, and outcomes held through an outage are written, not expired: not by the
+worker's own watchdog, nor by another worker's sweeper.
 
 A private cluster (tests/runtime/pgcluster.py) is stopped and started; the shared test
 database is never touched. The held outcomes' test needs no server: a real SQLite store
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from taskfuse.core.scheduler import LostRace
 from taskfuse.core.states import TaskStatus
-from taskfuse.core.task import Task
+from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.runtime import App, Runner
+from taskfuse.runtime.sweeper import answering_for, sweep_once, sweeper_scheduler
 from taskfuse.store import StoreUnavailable
 from taskfuse.store.postgres import PostgresStore
 from taskfuse.store.sqlite import SQLiteStore
@@ -130,3 +133,34 @@ def test_outcomes_held_through_an_outage_are_written_not_expired(tmp_path: Path)
         store.close()
     assert (done.status, done.retry_count) == (TaskStatus.SUCCESS, 0)
     assert effects == [task.task_id]
+
+
+def test_another_workers_sweeper_leaves_an_outcome_held_through_a_restart(
+        cluster: PrivateCluster) -> None:
+    """A worker ran a task's side effect, then the database restarted before it could commit
+    the outcome or renew the lease. When the database answers again, a sweeper elsewhere
+    sees the lease lapsed (by a fake clock, long ago); it must not hand the task back (a
+    second run of the side effect): the holder commits it. The sweeper learns of the
+    restart from the server's own start time, so it needs no share in the outage."""
+    app = App("held-fleet")
+    worker_store = PostgresStore(f"{cluster.url}?schema=held&retry_for=30")
+    sweeper_store = PostgresStore(f"{cluster.url}?schema=held&retry_for=30")
+    try:
+        worker = app.scheduler(worker_store)
+        task = worker.submit(TaskSpec("effect", 1, timeout=60, max_retry=3), 1000.0)
+        [claimed] = worker.claim("holder", 1000.0).tasks  # type: ignore[union-attr]
+        outcome = Outcome.success("done")  # the side effect ran; the outcome is held
+        cluster.stop()
+        cluster.start()
+        lease_s = 10.0
+        sweeper = sweeper_scheduler(sweeper_store, lease_s=lease_s)
+        answering = answering_for(sweeper_store)
+        assert answering is not None and answering < lease_s  # the restart is seen
+        assert sweep_once(sweeper, 1000.0 + 5 * lease_s) == []  # lease lapsed by the clock
+        done = worker.complete(claimed, outcome, 1000.0 + 5 * lease_s)
+        stored = worker_store.get(task.task_id)
+    finally:
+        worker_store.close()
+        sweeper_store.close()
+    assert not isinstance(done, LostRace)
+    assert (stored.status, stored.retry_count, stored.result) == (TaskStatus.SUCCESS, 0, "done")

@@ -143,3 +143,20 @@ def test_attempt_whose_lease_was_taken_away_stops_and_its_result_is_discarded(
     final = runner.get(task.task_id)
     assert final.status is TaskStatus.SUCCESS and final.result == "fresh"
     assert first_saw_it == [True] and runner.stats.discarded == 1
+
+
+def test_lapsed_leases_wait_a_lease_after_the_store_answers_again() -> None:
+    """A fake clock and a figure of "answering for": within a lease of the database coming
+    back a lapsed lease is not an orphan (its worker could not renew it); a lease later it
+    is, and the other rules do not wait."""
+    store = MemoryStore()
+    sched = App().scheduler(store)
+    orphan = sched.submit(TaskSpec("job", max_retry=2), 1000.0)
+    sched.claim("gone", 1000.0)
+    stale = sched.submit(TaskSpec("job"), 1000.0)
+    sweeper = sweeper_scheduler(store, lease_s=30.0, max_pending_age_s=50.0)
+    now = 1100.0  # the lease lapsed 70 s ago by the clock
+    assert [t.task_id for t in sweeper.sweep(now, answering_for_s=29.9)] == [stale.task_id]
+    assert store.get(orphan.task_id).status is TaskStatus.RUNNING
+    moved = sweeper.sweep(now, answering_for_s=30.0)
+    assert [(t.task_id, t.status) for t in moved] == [(orphan.task_id, TaskStatus.PENDING)]

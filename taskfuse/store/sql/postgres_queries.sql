@@ -229,6 +229,11 @@ WHERE status = 'RUNNING'
        OR coalesce(started_at, %(now)s) + 2 * timeout < %(now)s)
 ORDER BY run_tick, priority DESC, ready_at, ready_tick, seq
 
+-- server_uptime --
+-- Seconds since the server last started (a restart after an outage): the sweeper gives
+-- leases that long to be renewed (Scheduler.sweep, PostgresStore.answering_for).
+SELECT extract(epoch FROM now() - pg_postmaster_start_time())::double precision
+
 -- running_over_limit --
 -- The sweeper's third rule: an attempt beyond what max_retry allows (an impossible record).
 SELECT {task} FROM tasks
