@@ -15,7 +15,7 @@ def test_a_speed_off_the_ladder_is_one_line_and_exit_2(
         incident: Incident, speed: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert lab_main(["watch", "--speed", speed, str(incident.path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("lab: --speed ")
+    assert err.count("\n") == 1 and err.startswith("lab simulate: error: argument --speed: ")
     assert "0.25 to 1000" in err
 
 
@@ -78,5 +78,5 @@ def test_simulate_watch_refuses_the_same_speeds_in_one_line(
     assert lab_main(["simulate", str(SCENARIO), "--watch", "--no-trace",
                      "--speed", speed]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("lab: --speed ")
+    assert err.count("\n") == 1 and err.startswith("lab simulate: error: argument --speed: ")
     assert "0.25 to 1000" in err
