@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from taskfuse.core.history import record_history as core_history
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
-from tui.fmt import fmt_many, fmt_wait
+from tui.fmt import fmt_wait
 from tui.model import CHART_COLUMNS, TERMINAL_STATES, BatchRow, Overview, Timeline
 from tui.taskindex import TaskRow
 
@@ -307,28 +308,9 @@ class HistoryLine:
 
 
 def record_history(task: Task) -> list[HistoryLine]:
-    """What the record itself tells about the task's life, in time order."""
-    out = [HistoryLine(task.created_at, "submitted")]
-    if task.operator_retries:  # `taskfuse retry` moved it back to PENDING after it ended
-        times = "" if task.operator_retries == 1 else f" ({task.operator_retries} times in all)"
-        out.append(HistoryLine(task.operator_retried_at,
-                               f"retried by an operator: back to PENDING{times}"))
-    if task.retry_count:
-        earlier = fmt_many(task.retry_count, "earlier attempt")
-        out.append(HistoryLine(None, f"{earlier} ended in error; "
-                                     f"last: {task.error_kind}: {task.error_msg}"))
-    if task.started_at is not None:
-        out.append(HistoryLine(task.started_at, f"attempt {task.retry_count + 1} started on "
-                                                f"{task.worker_id or '?'}"))
-    if task.status is TaskStatus.RUNNING and task.heartbeat_at is not None:
-        out.append(HistoryLine(task.heartbeat_at, "heartbeat (latest)"))
-    if task.status is TaskStatus.PENDING and task.not_before is not None:
-        out.append(HistoryLine(task.not_before, "eligible to run again (backoff)"))
-    if task.finished_at is not None:
-        failed = task.error_kind and task.status is not TaskStatus.SUCCESS
-        detail = f": {task.error_kind}: {task.error_msg}" if failed else ""
-        out.append(HistoryLine(task.finished_at, f"ended {task.status.value}{detail}"))
-    return out
+    """What the record itself tells about the task's life, in time order (the lines of
+    `taskfuse inspect`: `taskfuse.core.history`)."""
+    return [HistoryLine(line.t, line.what) for line in core_history(task)]
 
 
 def look_up(store: FleetReads, query: str) -> tuple[list[Task], bool]:
