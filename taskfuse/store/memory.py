@@ -17,6 +17,7 @@ from collections.abc import Set as AbstractSet
 from itertools import count
 from typing import Any
 
+from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
@@ -75,6 +76,21 @@ class StoreError(TaskfuseError):
     """A store refused an operation (bad input, broken invariant of the caller)."""
 
 
+def _written(fresh: Sequence[Task]) -> list[Task]:
+    """The tasks an insert writes: of several carrying one new key, only the first (the rest
+    are answered with it)."""
+    keys: set[str] = set()
+    out = []
+    for task in fresh:
+        key = task.idempotency_key
+        if key:
+            if key in keys:
+                continue
+            keys.add(key)
+        out.append(task)
+    return out
+
+
 class MemoryStore:
     """All tasks in dicts and heaps. Not thread-safe: the threaded runtime locks around it."""
 
@@ -105,6 +121,10 @@ class MemoryStore:
         clash = next((i for i in ids if i in self._tasks), None)
         if clash is not None or len(set(ids)) != len(ids):
             raise StoreError(f"task_id {clash or 'in batch'!r} already exists")
+        problem = missing_dependency([(t.task_id, t.depends_on) for t in _written(fresh)],
+                                     self._tasks.__contains__)
+        if problem is not None:
+            raise problem
         out: list[tuple[Task, bool]] = []
         for task in tasks:
             key = task.idempotency_key

@@ -57,6 +57,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
@@ -636,6 +637,10 @@ class PostgresStore(NamedQueryReads):
         status_of: dict[str, str] = {}
         if parents:
             status_of.update(cur.execute(Q["mark_parents"], {"ids": parents}).fetchall())
+            problem = missing_dependency([(tasks[i].task_id, tasks[i].depends_on)
+                                          for i in fresh], status_of.__contains__)
+            if problem is not None:  # the transaction rolls back: nothing is written
+                raise problem
         awaited = {d for i in fresh for d in tasks[i].depends_on}
         awaited.update(r[0] for r in cur.execute(Q["awaited_ids"], {"ids": ids}))
         deps: list[tuple[str, int, str]] = []

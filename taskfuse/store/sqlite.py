@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
@@ -376,6 +377,10 @@ class SQLiteStore(NamedQueryReads):
             if parents:
                 rows = conn.execute(Q["statuses_of"], {"ids": names(tuple(parents))})
                 status_of.update(rows.fetchall())
+                problem = missing_dependency([(t.task_id, t.depends_on) for t, _ in fresh],
+                                             status_of.__contains__)
+                if problem is not None:  # the write transaction rolls back: nothing written
+                    raise problem
             first = self._tick(conn, len(fresh))
             rows = []
             deps = []

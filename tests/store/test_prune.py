@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from taskfuse import cli
+from taskfuse.core.dag import MissingDependency
 from taskfuse.core.retry import RetryPolicy
 from taskfuse.core.scheduler import Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -121,11 +122,12 @@ def _old_parents(store, round_: int, n: int) -> list[str]:
 
 def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
     """Dependents submitted by 3 threads while a 4th prunes their parents (real PostgreSQL,
-    no lock held by the test): whatever the interleaving, a dependent the store took as
-    ready (its parent was SUCCESS when it came) still has its parent, and one that came
-    after its parent went waits for it (not ready), as a dependent of any unknown id does.
-    Before prune re-checked the dependents under a fresh snapshot, a submit committed
-    between the delete's snapshot and its row lock lost its parent while ready."""
+    no lock held by the test): whatever the interleaving, a dependent the store took still
+    has its parent (it is ready), and one that came after its parent went is refused
+    (MissingDependency) and not stored. Before prune re-checked the dependents under a
+    fresh snapshot, a submit committed between the delete's snapshot and its row lock lost
+    its parent while ready; before the insert refused a parent it could not lock, a
+    dependent that came after its parent went was stored to wait PENDING forever."""
     import random
     import threading
 
@@ -138,11 +140,18 @@ def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
             random.Random(round_).shuffle(order)
             go = threading.Barrier(4)
 
-            def submit(share: list[str], go: threading.Barrier = go) -> None:
+            refused: list[str] = []
+
+            def submit(share: list[str], go: threading.Barrier = go,
+                       refused: list[str] = refused) -> None:
                 go.wait()
                 for p in share:
-                    store.insert([Task(f"c-{p}", "k", trace_id=f"c-{p}", created_at=NOW,
-                                       depends_on=(p,), pending_since=NOW)])
+                    try:
+                        store.insert([Task(f"c-{p}", "k", trace_id=f"c-{p}", created_at=NOW,
+                                           depends_on=(p,), pending_since=NOW)])
+                    except MissingDependency as exc:
+                        assert (exc.task_id, exc.missing) == (f"c-{p}", p)
+                        refused.append(p)
 
             def prune_all(go: threading.Barrier = go) -> None:
                 go.wait()
@@ -156,8 +165,10 @@ def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
                 t.join(120)
             ready = {t.task_id for t in store.claim("w", NOW, 1000)}  # exactly the ready ones
             lost = [p for p in parents if f"c-{p}" in ready and store.get(p) is None]
-            waiting = [p for p in parents if f"c-{p}" not in ready and store.get(p) is not None]
-            assert (lost, waiting) == ([], []), round_
+            waiting = [p for p in parents if f"c-{p}" not in ready]
+            stored = [p for p in refused if store.get(f"c-{p}") is not None]
+            assert (lost, stored) == ([], []), round_
+            assert sorted(waiting) == sorted(refused), round_  # the rest were all ready
             assert store.counts() == _full(store)
 
 
