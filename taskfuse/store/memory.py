@@ -256,7 +256,8 @@ class MemoryStore:
 
     def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
               limit: int) -> dict[TaskStatus, int]:
-        """Delete up to `limit` ended tasks, oldest first (the durable stores' rule)."""
+        """Delete up to `limit` ended tasks, oldest first (the durable stores' rule); a batch
+        they belong to gets a record if it had none (`SQLiteStore.prune`)."""
         gone: dict[TaskStatus, int] = {}
         for task in self._prunable(cutoff, statuses, batch_id)[:limit]:
             del self._tasks[task.task_id]
@@ -267,6 +268,9 @@ class MemoryStore:
                 if task.task_id in self._children.get(dep, ()):
                     self._children[dep].remove(task.task_id)
             self._count(task.batch_id, task.status, -1)
+            if task.batch_id is not None:  # remembered once its tasks are gone (EMPTY)
+                self._batches.setdefault(task.batch_id, Batch(task.batch_id, None,
+                                                              task.created_at))
             gone[task.status] = gone.get(task.status, 0) + 1
         return gone
 

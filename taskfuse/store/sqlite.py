@@ -574,7 +574,12 @@ class SQLiteStore(NamedQueryReads):
     def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
               limit: int) -> dict[TaskStatus, int]:
         """Delete up to `limit` ended tasks (retention, `taskfuse.runtime.retention`) in one
-        short write transaction; answers how many of each status went."""
+        short write transaction; answers how many of each status went.
+
+        A batch the deleted tasks belong to gets a record (no cap, created when its first
+        pruned task was) if it had none: a batch submitted without one (`submit_many` with a
+        batch id) was known only by its tasks, and pruned whole it became an unknown id to
+        `wait` and `status` instead of EMPTY, as a recorded batch reads."""
         params = {"statuses": names(tuple(_VALUE[s] for s in statuses)), "cutoff": cutoff,
                   "batch": batch_id, "n": limit}
         gone: dict[TaskStatus, int] = {}
@@ -583,9 +588,17 @@ class SQLiteStore(NamedQueryReads):
             if not picked:
                 return gone
             seqs = json.dumps([seq for seq, _ in picked])
-            for (status,) in conn.execute(Q["prune_rows"], {"seqs": seqs}).fetchall():
+            batches: dict[str, float] = {}
+            for status, batch_id, created_at in conn.execute(Q["prune_rows"],
+                                                             {"seqs": seqs}).fetchall():
                 gone[_STATUS[status]] = gone.get(_STATUS[status], 0) + 1
+                if batch_id is not None:
+                    batches[batch_id] = min(created_at, batches.get(batch_id, created_at))
             conn.execute(Q["prune_deps"], {"ids": json.dumps([tid for _, tid in picked])})
+            for batch_id, created_at in batches.items():
+                conn.execute(Q["put_batch"], {"batch_id": batch_id, "cap": None,
+                                              "created_at": created_at, "meta": "{}",
+                                              "seq": self._tick(conn)})
         return gone
 
     def prunable(self, cutoff: float, statuses: Sequence[TaskStatus],

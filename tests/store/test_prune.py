@@ -212,3 +212,25 @@ def test_wait_and_status_commands_on_a_pruned_batch(tmp_path, capsys) -> None:
     assert cli.main(["status", "--store", url]) == 0
     assert [line.split()[:2] for line in capsys.readouterr().out.splitlines()[1:2]] == [
         ["doomed", "EMPTY"]]
+
+
+@pytest.mark.parametrize("kind", list(ALL_STORES))
+def test_a_batch_without_a_record_pruned_whole_reads_empty(kind, tmp_path) -> None:
+    """`submit_many(..., batch_id=)` (and `Runner.submit(kind, batch_id=)`) name a batch
+    without recording it: only its tasks knew it, and pruned whole it was an unknown id to
+    `wait` and left `status`. Prune records it, so it reads EMPTY as a recorded batch does."""
+    from taskfuse.runtime.waiting import wait
+
+    with ALL_STORES[kind](tmp_path) as store:
+        sched = Scheduler(store, policy=RetryPolicy(max_retry=0))
+        sched.submit_many([TaskSpec("k", task_id=f"l{i}") for i in range(3)], OLD,
+                          batch_id="loose")
+        assert store.get_batch("loose") is None  # the public API left no record
+        for task in sched.claim("w", OLD, 3).tasks:
+            sched.complete(task, Outcome.success(), OLD)
+        assert prune(store, 5000.0, NOW, chunk=2, pause_s=0.0).removed == {S.SUCCESS: 3}
+        batch = store.get_batch("loose")
+        assert batch is not None and (batch.cap, batch.created_at) == (None, OLD)
+        assert store.batch_ids() == ["loose"]
+        got = wait(store, "loose", 1.0)
+        assert (got.done, got.status, got.kind) == (True, "EMPTY", "batch")

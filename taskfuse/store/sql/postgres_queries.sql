@@ -476,12 +476,22 @@ FOR UPDATE OF t SKIP LOCKED
 -- statement was not enough: a dependent committed between the statement's snapshot and its
 -- row lock was invisible to the NOT EXISTS (a row lock re-reads the row, not the subquery),
 -- and its parent went (tests/store/test_prune.py, the racing test). The count triggers keep
--- the counts; answers each deleted row's id and status.
-DELETE FROM tasks AS t
-WHERE t.task_id = ANY(%(ids)s::text[])
-  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
-                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
-RETURNING t.task_id, t.status
+-- the counts; answers each deleted row's id and status. A batch of the deleted rows without
+-- a record gets one (no cap, created when its first pruned task was), so a batch known only
+-- by its tasks reads EMPTY once pruned whole, as a recorded batch does, not an unknown id.
+WITH gone AS (
+    DELETE FROM tasks AS t
+    WHERE t.task_id = ANY(%(ids)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                      WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+    RETURNING t.task_id, t.status, t.batch_id, t.created_at
+), remembered AS (
+    INSERT INTO batches (batch_id, cap, created_at)
+    SELECT batch_id, NULL, min(created_at) FROM gone WHERE batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY batch_id
+    ON CONFLICT (batch_id) DO NOTHING
+)
+SELECT task_id, status FROM gone
 
 -- prune_count --
 -- What `prune_lock` would find in all, by status (a dry run).

@@ -335,9 +335,10 @@ GROUP BY t.status
 
 -- prune_rows --
 -- Delete the picked rows (the count triggers of migrations 4 and 5 keep the counts) and
--- their own dependency rows; answers each deleted row's status.
+-- their own dependency rows; answers each deleted row's status, batch and submission time
+-- (a batch without a record gets one: `SQLiteStore.prune`).
 DELETE FROM tasks WHERE seq IN (SELECT value FROM json_each(:seqs))
-RETURNING status
+RETURNING status, batch_id, created_at
 
 -- prune_deps --
 DELETE FROM task_deps WHERE task_id IN (SELECT value FROM json_each(:ids))
