@@ -538,6 +538,10 @@ class MemoryStore:
     def batch_ids(self) -> list[str]:
         return list(self._batch_counts)
 
+    def batch_counts(self) -> dict[str, dict[TaskStatus, int]]:
+        """Every batch with its counts by status (the kept ones), as `batch_ids` lists them."""
+        return {b: dict(per) for b, per in self._batch_counts.items()}
+
     def batch_tasks(
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None
     ) -> list[Task]:

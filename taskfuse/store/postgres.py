@@ -71,6 +71,7 @@ from taskfuse.store.sql import (
     STATUS_OF,
     VALUE_OF,
     NamedQueryReads,
+    counts_by_batch,
     dumps,
     load_queries,
     migrations,
@@ -998,6 +999,14 @@ class PostgresStore(NamedQueryReads):
             return None if row is None else Batch(row[0], row[1], row[2], row[3])
 
         return self._run(op)
+
+    def batch_counts(self) -> dict[str, dict[TaskStatus, int]] | None:
+        """Every batch (as `batch_ids` lists them) with its counts by status, from the kept
+        counts in one query; None for a schema from before them (a watcher never migrates),
+        where it would read every row: ask `counts(batch)` of the batches that can move."""
+        if not self._kept_batch_counts:
+            return None
+        return counts_by_batch(self._run(lambda c, _: c.execute(Q["batch_counts"]).fetchall()))
 
     def batch_ids(self) -> list[str]:
         query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"

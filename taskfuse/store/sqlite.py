@@ -57,6 +57,7 @@ from taskfuse.store.sql import (
     TASK_COLUMNS,
     VALUE_OF,
     NamedQueryReads,
+    counts_by_batch,
     dumps,
     load_queries,
     loads,
@@ -779,6 +780,14 @@ class SQLiteStore(NamedQueryReads):
         if row is None:
             return None
         return Batch(row[0], row[1], row[2], loads(row[3]))
+
+    def batch_counts(self) -> dict[str, dict[TaskStatus, int]] | None:
+        """Every batch (as `batch_ids` lists them) with its counts by status, from the kept
+        counts in one query; None for a file from before them (a watcher never migrates),
+        where it would read every row: ask `counts(batch)` of the batches that can move."""
+        if not self._kept_batch_counts:
+            return None
+        return counts_by_batch(self._conn().execute(Q["batch_counts"]))
 
     def batch_ids(self) -> list[str]:
         query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"

@@ -331,6 +331,27 @@ SELECT batch_id FROM (
 ) AS all_batches
 ORDER BY src, seq
 
+-- batch_counts --
+-- Every batch with its kept counts (migration 6: folded totals and the deltas since) in one
+-- snapshot, listed as batch_ids lists them (registered first, in creation order, then those
+-- only named by tasks); a batch with no counts row (registered, no task yet) comes with a
+-- NULL status. The fleet view asks it on every poll: a few rows per batch, no task row.
+WITH k AS (
+    SELECT batch_id, status, sum(n)::bigint AS n, min(first_seq) AS first_seq FROM (
+        SELECT batch_id, status, n, first_seq FROM batch_counts
+        UNION ALL SELECT batch_id, status, n, first_seq FROM batch_count_deltas
+    ) AS u
+    GROUP BY batch_id, status
+)
+SELECT l.batch_id, k.status, k.n FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(first_seq) FROM k
+    WHERE batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id HAVING sum(n) <> 0
+) AS l LEFT JOIN k ON k.batch_id = l.batch_id
+ORDER BY l.src, l.seq, l.batch_id
+
 -- batch_ids_scan --
 -- A schema from before migration 6 (a watcher never migrates): the tasks name the batches.
 SELECT batch_id FROM (

@@ -257,6 +257,20 @@ SELECT batch_id FROM (
 )
 ORDER BY src, seq
 
+-- batch_counts --
+-- Every batch with its kept counts (migration 5) in one statement, listed as batch_ids lists
+-- them (registered first, in creation order, then those only named by tasks); a batch with
+-- no counts row (registered, no task yet) comes with a NULL status. The fleet view asks it
+-- on every poll: a few rows per batch, no task row.
+SELECT l.batch_id, c.status, c.n FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(first_seq) FROM batch_counts
+    WHERE batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id HAVING sum(n) <> 0
+) AS l LEFT JOIN batch_counts AS c ON c.batch_id = l.batch_id
+ORDER BY l.src, l.seq, l.batch_id
+
 -- batch_ids_scan --
 -- A file from before migration 5 (a watcher never migrates): the tasks name the batches.
 SELECT batch_id FROM (
