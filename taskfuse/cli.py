@@ -53,6 +53,7 @@ from taskfuse.cliguard import (
 )
 from taskfuse.configfile import ConfigError, located
 from taskfuse.core import bounds
+from taskfuse.core.history import record_history
 from taskfuse.core.scheduler import Scheduler
 from taskfuse.core.states import TERMINAL, TaskfuseError, TaskStatus, derive_batch_status
 from taskfuse.core.storeapi import Store
@@ -814,30 +815,8 @@ def _print_record(task: Task) -> None:
             value = json.dumps(value, default=str)
         print(f"{key.ljust(width)}  {shown(value)}")
     print("history (from the record):")
-    for when, what in _history(task):
+    for when, what in record_history(task):
         print(f"  {_when(when) if when is not None else '':24}  {shown(what)}")
-
-
-def _history(task: Task) -> list[tuple[float | None, str]]:
-    """What the record itself tells about the task's life (the trace tells all of it)."""
-    out: list[tuple[float | None, str]] = [(task.created_at, "submitted")]
-    if task.operator_retries:
-        out.append((task.operator_retried_at,
-                    f"retried by an operator ({task.operator_retries} time(s) in all)"))
-    if task.retry_count:
-        out.append((None, f"{task.retry_count} earlier attempt(s) failed; last error "
-                          f"{task.error_kind}: {task.error_msg}"))
-    if task.started_at is not None:
-        out.append((task.started_at, f"attempt {task.attempt} started on {task.worker_id}"))
-    if task.status is TaskStatus.PENDING and task.not_before is not None:
-        out.append((task.not_before, "eligible to run again (backoff)"))
-    if task.finished_at is not None:
-        failed = task.error_kind and task.status is not TaskStatus.SUCCESS  # not a past error
-        detail = f": {task.error_kind}: {task.error_msg}" if failed else ""
-        out.append((task.finished_at, f"ended {task.status.value}{detail}"))
-    else:
-        out.append((None, f"now {task.status.value}"))
-    return out
 
 
 def _trace_events(path: str, task_ids: list[str]) -> list[dict[str, Any]]:

@@ -77,6 +77,10 @@ def cmd_retry(args: argparse.Namespace) -> int:
     if result.plan.held:
         print(f"left {len(result.plan.held)} task(s) ended: an upstream stays ended "
               f"(retry it first): {', '.join(result.plan.held[:_LISTED])}")
+    if result.plan.orphaned:
+        print(f"left {len(result.plan.orphaned)} task(s) ended: they never ran and an "
+              "upstream was pruned, so whether it succeeded is unknown (submit them anew): "
+              f"{', '.join(result.plan.orphaned[:_LISTED])}")
     if not planned:
         wanted = ",".join(s.value for s in args.status)
         print(f"nothing to retry: no {wanted} task in {args.target}")

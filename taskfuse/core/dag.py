@@ -24,24 +24,43 @@ class CycleError(DagError):
 
 
 class MissingDependency(DagError):
+    """A task names a dependency the store does not hold: never submitted (a typo), or
+    pruned. Stored, it would wait PENDING forever, so its submission is refused whole."""
+
     def __init__(self, task_id: str, missing: str) -> None:
         self.task_id = task_id
         self.missing = missing
-        super().__init__(f"task {task_id!r} depends on {missing!r}, which does not exist")
+        super().__init__(f"task {task_id!r} depends on {missing!r}, which the store does not "
+                         "hold (never submitted, or pruned): nothing was submitted")
+
+
+def missing_dependency(tasks: Sequence[tuple[str, Sequence[str]]],
+                       stored: Callable[[str], bool]) -> MissingDependency | None:
+    """The first dependency of `tasks` ((task_id, depends_on) pairs of one insert) that is
+    neither one of them nor `stored`, as the error to raise; None when all are there. Every
+    store asks it inside the transaction that inserts, so a parent pruned meanwhile cannot
+    slip between the question and the write."""
+    ours = {task_id for task_id, _ in tasks}
+    for task_id, deps in tasks:
+        for dep in deps:
+            if dep not in ours and not stored(dep):
+                return MissingDependency(task_id, dep)
+    return None
 
 
 def check_graph(
-    nodes: Mapping[str, Sequence[str]], exists: Callable[[str], bool]
+    nodes: Mapping[str, Sequence[str]], exists: Callable[[str], bool] | None = None
 ) -> list[str]:
     """Validate a graph given as {task_id: depends_on}; returns a topological order.
 
-    A dependency must be a node of the graph or an existing task (`exists`). Raises
-    MissingDependency or CycleError.
+    A dependency must be a node of the graph or, when `exists` is given, an existing task
+    (the stores check that themselves as they insert). Raises MissingDependency or
+    CycleError.
     """
-    for task_id, deps in nodes.items():
-        for dep in deps:
-            if dep not in nodes and not exists(dep):
-                raise MissingDependency(task_id, dep)
+    if exists is not None:
+        problem = missing_dependency(list(nodes.items()), exists)
+        if problem is not None:
+            raise problem
     sorter = graphlib.TopologicalSorter({k: [d for d in v if d in nodes] for k, v in nodes.items()})
     try:
         return list(sorter.static_order())

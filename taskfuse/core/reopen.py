@@ -8,6 +8,14 @@ Rules and theory of operation
 * A dependent CANCELED because an upstream ended badly (error kind ``upstream_failed``) comes
   back with it, transitively, but only when none of its other upstreams still ends badly
   without being reopened too: otherwise it would wait for a task that will never succeed.
+* A dependency that is no longer stored was pruned (a store refuses to take a task whose
+  dependency it does not hold). Prune never removes a task a PENDING or RUNNING dependent
+  waits for, so it went while this task was ended. A task that ran (FAILED or TIMEOUT, a
+  start or a retry on its record) was claimed, and a claim needs every dependency SUCCESS,
+  which is final: the pruned parent succeeded, the store already counts it as met, and the
+  task reopens and runs. A task that never ran (CANCELED while PENDING) cannot tell whether
+  its pruned parent succeeded or failed; reopened, it could wait forever, so it is left
+  ended and named (`RetryPlan.orphaned`): submit it anew.
 * Writes go dependents first, deepest first, then what was asked for: a dependent is never
   PENDING after its upstream could have failed again (that failure cancels the PENDING
   dependents, as a failure always does). A run cut short leaves dependents PENDING behind a
@@ -51,6 +59,8 @@ class RetryPlan:
     dependents: frozenset[str]
     #: asked for, but left ended: an upstream ended badly and is not reopened with it
     held: tuple[str, ...] = ()
+    #: asked for, but left ended: it never ran and an upstream of it was pruned
+    orphaned: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,42 +108,57 @@ def plan(store: Store, selected: Sequence[Task]) -> RetryPlan:
                     extra[cid] = child
                     found.append(cid)
         frontier = found
-    held = _drop_still_blocked(store, chosen, extra)
+    held, orphaned = _drop_still_blocked(store, chosen, extra)
     everything = {**chosen, **extra}
     graph = {tid: [d for d in t.depends_on if d in everything] for tid, t in everything.items()}
     order = list(graphlib.TopologicalSorter(graph).static_order())
     order.reverse()  # dependents (deepest first) before their upstreams
-    return RetryPlan(tuple(everything[tid] for tid in order), frozenset(extra), held)
+    return RetryPlan(tuple(everything[tid] for tid in order), frozenset(extra), held,
+                     orphaned)
+
+
+def ran(task: Task) -> bool:
+    """Did the task ever run? Then every dependency of it was SUCCESS (a claim needs that,
+    and SUCCESS is final), whether or not the store still holds them."""
+    return (task.status in (TaskStatus.FAILED, TaskStatus.TIMEOUT)
+            or task.started_at is not None or task.retry_count > 0)
 
 
 def _drop_still_blocked(store: Store, chosen: dict[str, Task],
-                        extra: dict[str, Task]) -> tuple[str, ...]:
-    """Leave out tasks with an upstream that ended badly and is not reopened too: PENDING,
-    they would wait forever (dropping one may strand its own dependents: repeat until
-    nothing changes). Answers the asked-for tasks left out."""
-    held: list[str] = []
+                        extra: dict[str, Task]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Leave out tasks with an upstream that ended badly and is not reopened too, or that
+    never ran and lost an upstream to a prune: PENDING, they would wait forever (dropping
+    one may strand its own dependents: repeat until nothing changes). Answers the
+    asked-for tasks left out: (held by an ended upstream, orphaned by a pruned one)."""
+    left: dict[str, list[str]] = {"ended": [], "pruned": []}
     status: dict[str, TaskStatus | None] = {}
 
-    def ended_badly(task_id: str) -> bool:
-        if task_id in chosen or task_id in extra:
-            return False
-        if task_id not in status:
-            parent = store.get(task_id)
-            status[task_id] = None if parent is None else parent.status
-        return status[task_id] in BAD_ENDINGS
+    def blocker(child: Task) -> str | None:
+        for dep in child.depends_on:
+            if dep in chosen or dep in extra:
+                continue
+            if dep not in status:
+                parent = store.get(dep)
+                status[dep] = None if parent is None else parent.status
+            if status[dep] in BAD_ENDINGS:
+                return "ended"
+            if status[dep] is None and not ran(child):
+                return "pruned"
+        return None
 
     changed = True
     while changed:
         changed = False
         for group in (chosen, extra):
             for cid, child in list(group.items()):
-                if any(ended_badly(dep) for dep in child.depends_on):
+                why = blocker(child)
+                if why is not None:
                     del group[cid]
                     status[cid] = child.status
                     changed = True
                     if group is chosen:
-                        held.append(cid)
-    return tuple(held)
+                        left[why].append(cid)
+    return tuple(left["ended"]), tuple(left["pruned"])
 
 
 def reopen(

@@ -253,12 +253,13 @@ class Scheduler:
     ) -> list[Task]:
         """Submit tasks at once; they may form a DAG among themselves and with stored tasks.
 
-        All or nothing: a missing dependency or a cycle refuses the whole submission.
+        All or nothing: a cycle refuses the whole submission here, a dependency the store
+        does not hold (`MissingDependency`) in the store's insert, in the transaction that
+        would write it: a check before it could pass while a prune removed the parent.
         """
         tasks = [self._build(s, now, batch_id) for s in specs]
         if any(t.depends_on for t in tasks):
-            graph = {t.task_id: t.depends_on for t in tasks}
-            check_graph(graph, lambda tid: self.store.get(tid) is not None)
+            check_graph({t.task_id: t.depends_on for t in tasks})
         stored = self.store.insert(tasks)
         emit = self.emit
         out = []

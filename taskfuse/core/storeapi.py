@@ -72,7 +72,12 @@ def beat_of(fields: Mapping[str, Any]) -> WorkerBeat:
 @runtime_checkable
 class Store(Protocol):
     def insert(self, tasks: Sequence[Task]) -> list[tuple[Task, bool]]:
-        """Insert all or nothing; a task whose idempotency_key exists yields (existing, False)."""
+        """Insert all or nothing; a task whose idempotency_key exists yields (existing, False).
+
+        A new task's dependency must be stored or inserted with it: otherwise nothing is
+        written and `taskfuse.core.dag.MissingDependency` names the task and the id, checked
+        in the transaction that writes (a parent pruned since the caller looked is caught).
+        """
         ...
 
     def get(self, task_id: str) -> Task | None: ...

@@ -17,6 +17,7 @@ from collections.abc import Set as AbstractSet
 from itertools import count
 from typing import Any
 
+from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
@@ -75,6 +76,21 @@ class StoreError(TaskfuseError):
     """A store refused an operation (bad input, broken invariant of the caller)."""
 
 
+def _written(fresh: Sequence[Task]) -> list[Task]:
+    """The tasks an insert writes: of several carrying one new key, only the first (the rest
+    are answered with it)."""
+    keys: set[str] = set()
+    out = []
+    for task in fresh:
+        key = task.idempotency_key
+        if key:
+            if key in keys:
+                continue
+            keys.add(key)
+        out.append(task)
+    return out
+
+
 class MemoryStore:
     """All tasks in dicts and heaps. Not thread-safe: the threaded runtime locks around it."""
 
@@ -105,6 +121,10 @@ class MemoryStore:
         clash = next((i for i in ids if i in self._tasks), None)
         if clash is not None or len(set(ids)) != len(ids):
             raise StoreError(f"task_id {clash or 'in batch'!r} already exists")
+        problem = missing_dependency([(t.task_id, t.depends_on) for t in _written(fresh)],
+                                     self._tasks.__contains__)
+        if problem is not None:
+            raise problem
         out: list[tuple[Task, bool]] = []
         for task in tasks:
             key = task.idempotency_key
@@ -236,7 +256,8 @@ class MemoryStore:
 
     def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
               limit: int) -> dict[TaskStatus, int]:
-        """Delete up to `limit` ended tasks, oldest first (the durable stores' rule)."""
+        """Delete up to `limit` ended tasks, oldest first (the durable stores' rule); a batch
+        they belong to gets a record if it had none (`SQLiteStore.prune`)."""
         gone: dict[TaskStatus, int] = {}
         for task in self._prunable(cutoff, statuses, batch_id)[:limit]:
             del self._tasks[task.task_id]
@@ -247,6 +268,9 @@ class MemoryStore:
                 if task.task_id in self._children.get(dep, ()):
                     self._children[dep].remove(task.task_id)
             self._count(task.batch_id, task.status, -1)
+            if task.batch_id is not None:  # remembered once its tasks are gone (EMPTY)
+                self._batches.setdefault(task.batch_id, Batch(task.batch_id, None,
+                                                              task.created_at))
             gone[task.status] = gone.get(task.status, 0) + 1
         return gone
 
@@ -513,6 +537,10 @@ class MemoryStore:
 
     def batch_ids(self) -> list[str]:
         return list(self._batch_counts)
+
+    def batch_counts(self) -> dict[str, dict[TaskStatus, int]]:
+        """Every batch with its counts by status (the kept ones), as `batch_ids` lists them."""
+        return {b: dict(per) for b, per in self._batch_counts.items()}
 
     def batch_tasks(
         self, batch_id: str, statuses: Iterable[TaskStatus] | None = None

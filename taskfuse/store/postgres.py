@@ -59,6 +59,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
@@ -72,6 +73,7 @@ from taskfuse.store.sql import (
     STATUS_OF,
     VALUE_OF,
     NamedQueryReads,
+    counts_by_batch,
     dumps,
     load_queries,
     migrations,
@@ -657,6 +659,10 @@ class PostgresStore(NamedQueryReads):
         status_of: dict[str, str] = {}
         if parents:
             status_of.update(cur.execute(Q["mark_parents"], {"ids": parents}).fetchall())
+            problem = missing_dependency([(tasks[i].task_id, tasks[i].depends_on)
+                                          for i in fresh], status_of.__contains__)
+            if problem is not None:  # the transaction rolls back: nothing is written
+                raise problem
         awaited = {d for i in fresh for d in tasks[i].depends_on}
         awaited.update(r[0] for r in cur.execute(Q["awaited_ids"], {"ids": ids}))
         deps: list[tuple[str, int, str]] = []
@@ -1014,6 +1020,14 @@ class PostgresStore(NamedQueryReads):
             return None if row is None else Batch(row[0], row[1], row[2], row[3])
 
         return self._run(op)
+
+    def batch_counts(self) -> dict[str, dict[TaskStatus, int]] | None:
+        """Every batch (as `batch_ids` lists them) with its counts by status, from the kept
+        counts in one query; None for a schema from before them (a watcher never migrates),
+        where it would read every row: ask `counts(batch)` of the batches that can move."""
+        if not self._kept_batch_counts:
+            return None
+        return counts_by_batch(self._run(lambda c, _: c.execute(Q["batch_counts"]).fetchall()))
 
     def batch_ids(self) -> list[str]:
         query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"

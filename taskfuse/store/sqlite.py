@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
@@ -56,6 +57,7 @@ from taskfuse.store.sql import (
     TASK_COLUMNS,
     VALUE_OF,
     NamedQueryReads,
+    counts_by_batch,
     dumps,
     load_queries,
     loads,
@@ -376,6 +378,10 @@ class SQLiteStore(NamedQueryReads):
             if parents:
                 rows = conn.execute(Q["statuses_of"], {"ids": names(tuple(parents))})
                 status_of.update(rows.fetchall())
+                problem = missing_dependency([(t.task_id, t.depends_on) for t, _ in fresh],
+                                             status_of.__contains__)
+                if problem is not None:  # the write transaction rolls back: nothing written
+                    raise problem
             first = self._tick(conn, len(fresh))
             rows = []
             deps = []
@@ -569,7 +575,12 @@ class SQLiteStore(NamedQueryReads):
     def prune(self, cutoff: float, statuses: Sequence[TaskStatus], batch_id: str | None,
               limit: int) -> dict[TaskStatus, int]:
         """Delete up to `limit` ended tasks (retention, `taskfuse.runtime.retention`) in one
-        short write transaction; answers how many of each status went."""
+        short write transaction; answers how many of each status went.
+
+        A batch the deleted tasks belong to gets a record (no cap, created when its first
+        pruned task was) if it had none: a batch submitted without one (`submit_many` with a
+        batch id) was known only by its tasks, and pruned whole it became an unknown id to
+        `wait` and `status` instead of EMPTY, as a recorded batch reads."""
         params = {"statuses": names(tuple(_VALUE[s] for s in statuses)), "cutoff": cutoff,
                   "batch": batch_id, "n": limit}
         gone: dict[TaskStatus, int] = {}
@@ -578,9 +589,17 @@ class SQLiteStore(NamedQueryReads):
             if not picked:
                 return gone
             seqs = json.dumps([seq for seq, _ in picked])
-            for (status,) in conn.execute(Q["prune_rows"], {"seqs": seqs}).fetchall():
+            batches: dict[str, float] = {}
+            for status, batch_id, created_at in conn.execute(Q["prune_rows"],
+                                                             {"seqs": seqs}).fetchall():
                 gone[_STATUS[status]] = gone.get(_STATUS[status], 0) + 1
+                if batch_id is not None:
+                    batches[batch_id] = min(created_at, batches.get(batch_id, created_at))
             conn.execute(Q["prune_deps"], {"ids": json.dumps([tid for _, tid in picked])})
+            for batch_id, created_at in batches.items():
+                conn.execute(Q["put_batch"], {"batch_id": batch_id, "cap": None,
+                                              "created_at": created_at, "meta": "{}",
+                                              "seq": self._tick(conn)})
         return gone
 
     def prunable(self, cutoff: float, statuses: Sequence[TaskStatus],
@@ -761,6 +780,14 @@ class SQLiteStore(NamedQueryReads):
         if row is None:
             return None
         return Batch(row[0], row[1], row[2], loads(row[3]))
+
+    def batch_counts(self) -> dict[str, dict[TaskStatus, int]] | None:
+        """Every batch (as `batch_ids` lists them) with its counts by status, from the kept
+        counts in one query; None for a file from before them (a watcher never migrates),
+        where it would read every row: ask `counts(batch)` of the batches that can move."""
+        if not self._kept_batch_counts:
+            return None
+        return counts_by_batch(self._conn().execute(Q["batch_counts"]))
 
     def batch_ids(self) -> list[str]:
         query = "batch_ids" if self._kept_batch_counts else "batch_ids_scan"

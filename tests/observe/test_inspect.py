@@ -34,7 +34,13 @@ def test_inspect_by_trace_id_prints_every_move_of_the_task(make_runner, tmp_path
     assert main(["inspect", "--store", url, task.trace_id, "--trace", str(trace)]) == 0
     out = capsys.readouterr().out
     assert re.search(rf"^trace_id +{task.trace_id}$", out, re.M)
-    assert "ended SUCCESS" in out and "1 earlier attempt(s) failed" in out
+    assert "ended SUCCESS" in out and "1 earlier attempt ended in error" in out
+    from tui.fleet import record_history  # the monitor tells the record the same way
+    told = out.split("history (from the record):\n")[1].split("\n\nevents from")[0]
+    with SQLiteStore(db) as store:
+        stored = store.get(task.task_id)
+    assert [line.split("  ", 2)[-1].strip() for line in told.splitlines()] == [
+        h.what for h in record_history(stored)]
     moves = re.findall(r"(?:(\w+) )?-> (\w+)", out.split("events from")[1])
     assert moves == [("", "PENDING"), ("PENDING", "RUNNING"), ("RUNNING", "PENDING"),
                      ("PENDING", "RUNNING"), ("RUNNING", "SUCCESS")]

@@ -28,6 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from taskfuse.core.dag import MissingDependency
 from taskfuse.core.states import TRANSITIONS, TaskEvent, TaskStatus
 from taskfuse.core.task import Batch, Task, move
 from taskfuse.store.memory import MemoryStore
@@ -38,6 +39,10 @@ from tests.store.backends import drop_schema, need_pg, new_schema, pg_url
 
 def _ids(tasks: Iterable[Task]) -> list[str]:
     return sorted(t.task_id for t in tasks)
+
+
+def _by_task_id(tasks: Sequence[Task]) -> list[Task]:
+    return sorted(tasks, key=lambda t: t.task_id)
 
 
 class DiffStore:
@@ -55,7 +60,17 @@ class DiffStore:
         return self._same(name, getattr(self.ref, name)(*args), getattr(self.sub, name)(*args))
 
     def insert(self, tasks: Sequence[Task]) -> list[tuple[Task, bool]]:
-        return self._both("insert", tasks)
+        """Both take the tasks alike, or both refuse them naming the same dependency."""
+        answers: list[tuple[str, Any]] = []
+        for store in (self.ref, self.sub):
+            try:
+                answers.append(("took", store.insert(tasks)))
+            except MissingDependency as exc:
+                answers.append(("refused", (exc.task_id, exc.missing)))
+        self._same("insert", *answers)
+        if answers[1][0] == "refused":
+            raise MissingDependency(*answers[1][1])
+        return answers[1][1]  # type: ignore[no-any-return]
 
     def get(self, task_id: str) -> Task | None:
         return self._both("get", task_id)
@@ -70,7 +85,11 @@ class DiffStore:
         return self._both("swap_many", moves)
 
     def dependents_of(self, task_ids: Sequence[str]) -> list[Task]:
-        return self._both("dependents_of", task_ids)
+        """Compared as sets: the protocol promises each dependent once, not an order (memory
+        answers by parent, the databases by submission)."""
+        ref, sub = self.ref.dependents_of(task_ids), self.sub.dependents_of(task_ids)
+        self._same("dependents_of", _by_task_id(ref), _by_task_id(sub))
+        return sub
 
     def cancel_batch(self, batch_id: str, now: float, error_kind: str,
                      reason: str) -> list[tuple[TaskStatus, Task]]:
@@ -283,7 +302,12 @@ class StoreMachine(RuleBasedStateMachine):
                 retry_count=data.draw(st.sampled_from([0, 0, 1, 2])),
                 max_retry=data.draw(st.sampled_from([1, 3])),
             ))
-        self.store.insert(tasks)
+        try:
+            self.store.insert(tasks)
+        except MissingDependency as exc:  # it depends on a task of this insert whose key
+            # was known: answered with the stored task, that id is never written
+            assert exc.missing in {t.task_id for t in tasks} - set(existing)
+            assert self._ids() == existing
 
     @rule(cap=st.sampled_from([None, 1, 2]))
     def put_batch(self, cap: int | None) -> None:

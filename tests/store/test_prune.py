@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from taskfuse import cli
+from taskfuse.core.dag import MissingDependency
 from taskfuse.core.retry import RetryPolicy
 from taskfuse.core.scheduler import Scheduler, Work
 from taskfuse.core.states import TaskStatus
@@ -121,11 +122,12 @@ def _old_parents(store, round_: int, n: int) -> list[str]:
 
 def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
     """Dependents submitted by 3 threads while a 4th prunes their parents (real PostgreSQL,
-    no lock held by the test): whatever the interleaving, a dependent the store took as
-    ready (its parent was SUCCESS when it came) still has its parent, and one that came
-    after its parent went waits for it (not ready), as a dependent of any unknown id does.
-    Before prune re-checked the dependents under a fresh snapshot, a submit committed
-    between the delete's snapshot and its row lock lost its parent while ready."""
+    no lock held by the test): whatever the interleaving, a dependent the store took still
+    has its parent (it is ready), and one that came after its parent went is refused
+    (MissingDependency) and not stored. Before prune re-checked the dependents under a
+    fresh snapshot, a submit committed between the delete's snapshot and its row lock lost
+    its parent while ready; before the insert refused a parent it could not lock, a
+    dependent that came after its parent went was stored to wait PENDING forever."""
     import random
     import threading
 
@@ -138,11 +140,18 @@ def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
             random.Random(round_).shuffle(order)
             go = threading.Barrier(4)
 
-            def submit(share: list[str], go: threading.Barrier = go) -> None:
+            refused: list[str] = []
+
+            def submit(share: list[str], go: threading.Barrier = go,
+                       refused: list[str] = refused) -> None:
                 go.wait()
                 for p in share:
-                    store.insert([Task(f"c-{p}", "k", trace_id=f"c-{p}", created_at=NOW,
-                                       depends_on=(p,), pending_since=NOW)])
+                    try:
+                        store.insert([Task(f"c-{p}", "k", trace_id=f"c-{p}", created_at=NOW,
+                                           depends_on=(p,), pending_since=NOW)])
+                    except MissingDependency as exc:
+                        assert (exc.task_id, exc.missing) == (f"c-{p}", p)
+                        refused.append(p)
 
             def prune_all(go: threading.Barrier = go) -> None:
                 go.wait()
@@ -156,8 +165,10 @@ def test_prune_racing_submits_of_dependents_on_postgres(tmp_path) -> None:
                 t.join(120)
             ready = {t.task_id for t in store.claim("w", NOW, 1000)}  # exactly the ready ones
             lost = [p for p in parents if f"c-{p}" in ready and store.get(p) is None]
-            waiting = [p for p in parents if f"c-{p}" not in ready and store.get(p) is not None]
-            assert (lost, waiting) == ([], []), round_
+            waiting = [p for p in parents if f"c-{p}" not in ready]
+            stored = [p for p in refused if store.get(f"c-{p}") is not None]
+            assert (lost, stored) == ([], []), round_
+            assert sorted(waiting) == sorted(refused), round_  # the rest were all ready
             assert store.counts() == _full(store)
 
 
@@ -201,3 +212,25 @@ def test_wait_and_status_commands_on_a_pruned_batch(tmp_path, capsys) -> None:
     assert cli.main(["status", "--store", url]) == 0
     assert [line.split()[:2] for line in capsys.readouterr().out.splitlines()[1:2]] == [
         ["doomed", "EMPTY"]]
+
+
+@pytest.mark.parametrize("kind", list(ALL_STORES))
+def test_a_batch_without_a_record_pruned_whole_reads_empty(kind, tmp_path) -> None:
+    """`submit_many(..., batch_id=)` (and `Runner.submit(kind, batch_id=)`) name a batch
+    without recording it: only its tasks knew it, and pruned whole it was an unknown id to
+    `wait` and left `status`. Prune records it, so it reads EMPTY as a recorded batch does."""
+    from taskfuse.runtime.waiting import wait
+
+    with ALL_STORES[kind](tmp_path) as store:
+        sched = Scheduler(store, policy=RetryPolicy(max_retry=0))
+        sched.submit_many([TaskSpec("k", task_id=f"l{i}") for i in range(3)], OLD,
+                          batch_id="loose")
+        assert store.get_batch("loose") is None  # the public API left no record
+        for task in sched.claim("w", OLD, 3).tasks:
+            sched.complete(task, Outcome.success(), OLD)
+        assert prune(store, 5000.0, NOW, chunk=2, pause_s=0.0).removed == {S.SUCCESS: 3}
+        batch = store.get_batch("loose")
+        assert batch is not None and (batch.cap, batch.created_at) == (None, OLD)
+        assert store.batch_ids() == ["loose"]
+        got = wait(store, "loose", 1.0)
+        assert (got.done, got.status, got.kind) == (True, "EMPTY", "batch")

@@ -454,6 +454,53 @@ def test_an_operator_retry_shows_in_the_task_and_counts_equal_status(tmp_path: P
         sched.store.close()  # type: ignore[attr-defined]
 
 
+def test_batch_counts_equal_status_when_a_retry_and_a_finish_share_a_poll(
+        tmp_path: Path) -> None:
+    """`taskfuse retry` (its own process) reopens b1's failed task while b2's running task
+    ends, between two fast polls: the number of ended tasks stays the same, which the view
+    took for "nothing reopened" and kept b1's old counts (✗1 beside status's ○1) until the
+    next slow poll. Every poll now reads every batch's kept counts in one query."""
+    import subprocess
+    import sys
+
+    from tests.tui.test_real_run import ROOT, batch_counts, nonzero, status_json
+
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    clock = Clock()
+    sched = fill(url, clock)
+    sched.claim("w-3", clock(), 5)
+    for task in sched.store.running():
+        ok = task.task_id != "t4"
+        sched.complete(task, Outcome(ok, error_kind=None if ok else "fatal",
+                                     error_msg=None if ok else "bad sku"), clock())
+    sched.submit_batch([TaskSpec("email", task_id="u0", max_retry=0)], clock(), "b2")
+    [running] = sched.claim("w-1", clock(), 1).tasks  # type: ignore[union-attr]
+    app = open_fleet(url, poll_s=3600, clock=clock)
+    app.slow_poll_s = 3600  # every poll after the first is a fast one
+
+    def agree(s: FleetScreen) -> dict[str, dict[str, int]]:
+        _, batches = status_json(url)
+        shown = nonzero(batch_counts(text_of(s.query_one(BatchPanel))))
+        assert shown == nonzero(batches)
+        return shown
+
+    async def scenario(app: FleetApp, pilot: Pilot[int]) -> None:
+        assert agree(board(app))["b1"] == {"SUCCESS": 4, "FAILED": 1}
+        subprocess.run([sys.executable, "-m", "taskfuse.cli", "retry", "--store", url, "t4"],
+                       check=True, capture_output=True, cwd=ROOT)
+        clock.t += 1
+        sched.complete(running, Outcome(True), clock())  # one ended as one reopened
+        await poll(app, pilot)
+        shown = agree(board(app))
+        assert shown["b1"] == {"SUCCESS": 4, "PENDING": 1} and shown["b2"] == {"SUCCESS": 1}
+
+    try:
+        drive(app, scenario)
+    finally:
+        app.store.close()  # type: ignore[attr-defined]
+        sched.store.close()  # type: ignore[attr-defined]
+
+
 def test_the_running_table_sorts_by_a_column_and_says_so(tmp_path: Path) -> None:
     """`>` `<` `I` sort the RUNNING table as they sort the replay's task table; its title
     says the order, and the highlight keeps its task."""

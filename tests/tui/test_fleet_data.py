@@ -11,6 +11,7 @@ import pytest
 
 from taskfuse.core.metrics import percentile
 from taskfuse.core.scheduler import Scheduler
+from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Outcome, TaskSpec
 from taskfuse.store.sql import p99_offset
@@ -43,6 +44,9 @@ def test_every_store_answers_the_fleet_questions_alike(name: str, tmp_path: Path
         assert store.batch_p99("no-such-batch") is None
         sample = poll_store(store, NOW)
         assert [b.label for b in sample.batches] == ["PARTIAL_SUCCESS", "RUNNING", "PENDING"]
+        kept = store.batch_counts()  # every batch in one query, as status asks them one each
+        assert list(kept) == store.batch_ids()
+        assert kept == {b: store.counts(b) for b in store.batch_ids()}
         rows = {w.process: w for w in sample.workers or ()}
         assert set(rows) == set(PROCESSES)
         for p in PROCESSES:
@@ -125,8 +129,9 @@ def test_a_runners_beat_counts_what_its_attempts_did(tmp_path: Path) -> None:
 
 
 def test_a_fast_poll_recounts_only_the_live_batches() -> None:
-    """The list of batches and a settled batch's counts read its rows: a fast poll reuses
-    them, and counts again only batches with tasks PENDING or RUNNING; a slow poll asks all."""
+    """On a store without kept counts by batch (a schema from before them), the list of
+    batches and a settled batch's counts read its rows: a fast poll reuses them, and counts
+    again only batches with tasks PENDING or RUNNING; a slow poll asks all."""
     from taskfuse.store.memory import MemoryStore
 
     store = MemoryStore()
@@ -142,6 +147,9 @@ def test_a_fast_poll_recounts_only_the_live_batches() -> None:
         def batch_ids(self) -> list[str]:
             asked.append("ids")
             return store.batch_ids()
+
+        def batch_counts(self) -> None:  # an older schema: no kept counts by batch
+            return None
 
         def counts(self, batch_id: str | None = None) -> object:
             if batch_id is not None:
@@ -209,3 +217,37 @@ def test_record_history_counts_in_words_and_names_the_operator() -> None:
         (10.0, "submitted"),
         (50.0, "retried by an operator: back to PENDING (2 times in all)"),
         (None, "1 earlier attempt ended in error; last: http_503: busy")]
+
+
+@pytest.mark.parametrize("name", list(ALL_STORES))
+def test_a_poll_reads_every_batch_in_one_query_of_the_kept_counts(name: str,
+                                                                   tmp_path: Path) -> None:
+    """With kept counts by batch, a poll, fast or slow, asks neither the list nor a batch's
+    counts: one `batch_counts`, whatever moved since the last poll. A batch recorded with
+    no task yet is listed, all zero, as `taskfuse status` lists it."""
+    from taskfuse.core.task import Batch
+
+    with ALL_STORES[name](tmp_path) as store:
+        fill_fleet(store)
+        store.put_batch(Batch("tomorrow", None, NOW))
+        asked: list[str] = []
+
+        class Counting:
+            def __getattr__(self, attr: str) -> object:
+                if attr in ("batch_ids", "batch_counts"):
+                    asked.append(attr)
+                return getattr(store, attr)
+
+            def counts(self, batch_id: str | None = None) -> object:
+                if batch_id is not None:
+                    asked.append(batch_id)
+                return store.counts(batch_id)
+
+        memory = BatchMemory()
+        for t, slow in ((NOW, True), (NOW + 1, False)):
+            sample = poll_store(Counting(), t, slow=slow, memory=memory)
+            assert asked == ["batch_counts"]
+            asked.clear()
+        rows = {b.batch_id: dict(b.counts) for b in sample.batches}
+        assert list(rows) == store.batch_ids() and rows["tomorrow"] == dict.fromkeys(
+            (s.value for s in TaskStatus), 0)

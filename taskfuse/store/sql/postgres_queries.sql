@@ -336,6 +336,27 @@ SELECT batch_id FROM (
 ) AS all_batches
 ORDER BY src, seq
 
+-- batch_counts --
+-- Every batch with its kept counts (migration 6: folded totals and the deltas since) in one
+-- snapshot, listed as batch_ids lists them (registered first, in creation order, then those
+-- only named by tasks); a batch with no counts row (registered, no task yet) comes with a
+-- NULL status. The fleet view asks it on every poll: a few rows per batch, no task row.
+WITH k AS (
+    SELECT batch_id, status, sum(n)::bigint AS n, min(first_seq) AS first_seq FROM (
+        SELECT batch_id, status, n, first_seq FROM batch_counts
+        UNION ALL SELECT batch_id, status, n, first_seq FROM batch_count_deltas
+    ) AS u
+    GROUP BY batch_id, status
+)
+SELECT l.batch_id, k.status, k.n FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(first_seq) FROM k
+    WHERE batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id HAVING sum(n) <> 0
+) AS l LEFT JOIN k ON k.batch_id = l.batch_id
+ORDER BY l.src, l.seq, l.batch_id
+
 -- batch_ids_scan --
 -- A schema from before migration 6 (a watcher never migrates): the tasks name the batches.
 SELECT batch_id FROM (
@@ -481,12 +502,22 @@ FOR UPDATE OF t SKIP LOCKED
 -- statement was not enough: a dependent committed between the statement's snapshot and its
 -- row lock was invisible to the NOT EXISTS (a row lock re-reads the row, not the subquery),
 -- and its parent went (tests/store/test_prune.py, the racing test). The count triggers keep
--- the counts; answers each deleted row's id and status.
-DELETE FROM tasks AS t
-WHERE t.task_id = ANY(%(ids)s::text[])
-  AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
-                  WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
-RETURNING t.task_id, t.status
+-- the counts; answers each deleted row's id and status. A batch of the deleted rows without
+-- a record gets one (no cap, created when its first pruned task was), so a batch known only
+-- by its tasks reads EMPTY once pruned whole, as a recorded batch does, not an unknown id.
+WITH gone AS (
+    DELETE FROM tasks AS t
+    WHERE t.task_id = ANY(%(ids)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM task_deps AS d JOIN tasks AS c ON c.task_id = d.task_id
+                      WHERE d.depends_on = t.task_id AND c.status IN ('PENDING', 'RUNNING'))
+    RETURNING t.task_id, t.status, t.batch_id, t.created_at
+), remembered AS (
+    INSERT INTO batches (batch_id, cap, created_at)
+    SELECT batch_id, NULL, min(created_at) FROM gone WHERE batch_id IS NOT NULL
+    GROUP BY batch_id ORDER BY batch_id
+    ON CONFLICT (batch_id) DO NOTHING
+)
+SELECT task_id, status FROM gone
 
 -- prune_count --
 -- What `prune_lock` would find in all, by status (a dry run).

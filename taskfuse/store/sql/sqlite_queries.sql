@@ -257,6 +257,20 @@ SELECT batch_id FROM (
 )
 ORDER BY src, seq
 
+-- batch_counts --
+-- Every batch with its kept counts (migration 5) in one statement, listed as batch_ids lists
+-- them (registered first, in creation order, then those only named by tasks); a batch with
+-- no counts row (registered, no task yet) comes with a NULL status. The fleet view asks it
+-- on every poll: a few rows per batch, no task row.
+SELECT l.batch_id, c.status, c.n FROM (
+    SELECT batch_id, 0 AS src, seq FROM batches
+    UNION ALL
+    SELECT batch_id, 1 AS src, min(first_seq) FROM batch_counts
+    WHERE batch_id NOT IN (SELECT batch_id FROM batches)
+    GROUP BY batch_id HAVING sum(n) <> 0
+) AS l LEFT JOIN batch_counts AS c ON c.batch_id = l.batch_id
+ORDER BY l.src, l.seq, l.batch_id
+
 -- batch_ids_scan --
 -- A file from before migration 5 (a watcher never migrates): the tasks name the batches.
 SELECT batch_id FROM (
@@ -335,9 +349,10 @@ GROUP BY t.status
 
 -- prune_rows --
 -- Delete the picked rows (the count triggers of migrations 4 and 5 keep the counts) and
--- their own dependency rows; answers each deleted row's status.
+-- their own dependency rows; answers each deleted row's status, batch and submission time
+-- (a batch without a record gets one: `SQLiteStore.prune`).
 DELETE FROM tasks WHERE seq IN (SELECT value FROM json_each(:seqs))
-RETURNING status
+RETURNING status, batch_id, created_at
 
 -- prune_deps --
 DELETE FROM task_deps WHERE task_id IN (SELECT value FROM json_each(:ids))
