@@ -20,12 +20,15 @@ run: $(STAMP)
 	"compare: $(BIN)/lab simulate scenarios/incident-fixed.yaml)"; exit 0; fi; exit $$rc
 
 # Property tests run derandomized (hypothesis profile "ci", tests/conftest.py): the same
-# commit gives the same result on every run, here and in CI.
+# commit gives the same result on every run, here and in CI. The suite runs on two processes
+# (most of it waits on real processes, sockets and databases); the `serial` tests (the
+# regression gate's CPU ratios) run alone after it.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict taskfuse/core
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir .site
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -m serial
 
 # The docs site (MkDocs, strict: a broken link or reference fails), into site/. Its examples
 # run as tests in `make test` (docs/conftest.py).

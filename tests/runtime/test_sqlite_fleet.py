@@ -37,7 +37,10 @@ def _wait(condition, what: str) -> None:
 def test_four_worker_processes_on_one_sqlite_file(tmp_path: Path) -> None:
     db, effects = tmp_path / "fleet.db", tmp_path / "effects.txt"
     store = SQLiteStore(db)  # created (and migrated) before the workers open it
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TASKFUSE_TEST_EFFECTS": str(effects)}
+    # 2 ms per effect: one process's 2 threads alone need 2 s for the lot, so the fleet shares
+    # it even where the first process to claim is scheduled far ahead of the others
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TASKFUSE_TEST_EFFECTS": str(effects),
+           "TASKFUSE_TEST_EFFECT_S": "0.002"}
     procs, outputs = [], []
     try:
         for i in range(PROCESSES):

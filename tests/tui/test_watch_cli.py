@@ -15,7 +15,7 @@ def test_a_speed_off_the_ladder_is_one_line_and_exit_2(
         incident: Incident, speed: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert lab_main(["watch", "--speed", speed, str(incident.path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("lab simulate: error: argument --speed: ")
+    assert err.count("\n") == 1 and err.startswith("lab: --speed ")
     assert "0.25 to 1000" in err
 
 
