@@ -237,6 +237,38 @@ def test_a_task_that_blocks_the_loop_shows_in_the_lag_and_is_named(
     assert gauges["taskfuse_worker_loop_lag_max_seconds"] >= 0.3
 
 
+def test_a_workers_trace_samples_the_loop_lag(make_runner, tmp_path) -> None:
+    """The trace of a real async run has the `loop_lag` series (the largest lag since the
+    previous sample), which the shipped loop-lag rule reads; a thread-only run has none."""
+    from taskfuse.observe.alerts import Recording
+    from taskfuse.trace import read_trace
+
+    app = App("aio")
+
+    @app.task("blocks")
+    async def blocks(ctx, payload):
+        time.sleep(0.6)  # a sync call on the loop: a ping waits at least 0.35 s
+        return None
+
+    path = tmp_path / "aio.trace"
+    runner = make_runner(app, workers=1, trace=path, trace_interval_s=0.05)
+    runner.submit("blocks")
+    assert runner.join(JOIN_S)
+    _until(lambda: runner.loop_lag()[1] >= 0.3, "the lag to be measured")
+    runner.shutdown()
+    _, lags = read_trace(path).series("loop_lag")
+    assert max(lags) >= 0.3
+    assert max(s.loop_lag for s in Recording.from_trace(path).samples) >= 0.3
+
+    plain = App("threads")
+    plain.task("t")(lambda ctx, payload: None)
+    other = make_runner(plain, workers=1, trace=tmp_path / "t.trace", trace_interval_s=0.05)
+    other.submit("t")
+    assert other.join(JOIN_S)
+    other.shutdown()
+    assert "loop_lag" not in read_trace(tmp_path / "t.trace").series_names
+
+
 def test_the_kind_cap_bounds_coroutines_in_flight(store, make_runner, server) -> None:
     limits = Limits.model_validate({"async_concurrency": 50,
                                     "kinds": {"k": {"executor": "async",
