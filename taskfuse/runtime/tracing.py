@@ -200,7 +200,7 @@ class RuntimeTrace:
         counts = runner.store.counts()  # a query on a database: outside every lock
         self._discover(sum(counts.values()))
         busy = len(runner.running_tasks())
-        stuck = len(runner.stuck_threads())
+        stuck = sum(1 for s in runner.stuck_threads() if not s["coroutine"])  # threads
         lag = self._interval_lag()
         with runner.lock:
             now = runner.clock()

@@ -346,3 +346,60 @@ def test_executor_placements_that_cannot_run_are_refused() -> None:
     app.task("k")(plain)
     with pytest.raises(RuntimeConfigError, match="is a plain function"):
         app.definition("k")
+
+
+def test_a_coroutine_that_swallows_its_cancel_is_stuck_and_its_slot_replaced(
+        make_runner) -> None:
+    """A coroutine that catches CancelledError and keeps running ends TIMEOUT at its
+    timeout, counts as a stuck coroutine (stuck_threads, the metrics) and gives its slot
+    back up to the stuck bound (1 here): the next task runs on the loop's only slot. A
+    second one past the bound keeps its slot; when both let go, the room is whole again."""
+    limits = Limits.model_validate({"async_concurrency": 1, "stuck_threads_max": 1,
+                                    "kinds": {"k": {"executor": "async"}}})
+    app = App.from_limits(limits, "aio")
+    let_go, swallowed = threading.Event(), threading.Event()
+
+    @app.task("k")
+    async def k(ctx, payload):
+        while payload == "deaf" and not let_go.is_set():
+            try:
+                await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                swallowed.set()  # and keeps running: the slot is never handed back
+        return payload
+
+    runner = make_runner(app, workers=1, stuck_after_s=0.1)
+    room = runner.loop_room
+
+    def stuck() -> list[dict[str, Any]]:
+        return runner.stuck_threads()
+
+    deaf = runner.submit("k", "deaf", timeout=0.3, max_retry=0)
+    _until(lambda: runner.get(deaf.task_id).status is TaskStatus.TIMEOUT, "the timeout")
+    _until(lambda: len(stuck()) == 1, "the coroutine to count as stuck")
+    assert swallowed.is_set()
+    [entry] = stuck()
+    assert entry["coroutine"] and entry["replaced"] and entry["kind"] == "k"
+    assert entry["task_id"] == deaf.task_id
+    gauges = {m.name: m.samples[0].value for m in GuardCollector(runner).collect()
+              if m.name in ("taskfuse_worker_stuck_coroutines", "taskfuse_worker_stuck_threads")}
+    assert gauges == {"taskfuse_worker_stuck_coroutines": 1, "taskfuse_worker_stuck_threads": 0}
+
+    quick = runner.submit("k", "quick")  # the only slot was the deaf one's: replaced
+    assert runner.join(JOIN_S)
+    assert runner.get(quick.task_id).status is TaskStatus.SUCCESS
+    assert runner.stats.replaced == 1
+
+    second = runner.submit("k", "deaf", timeout=0.3, max_retry=0)
+    _until(lambda: len(stuck()) == 2, "the second to count as stuck")
+    assert runner.get(second.task_id).status is TaskStatus.TIMEOUT
+    assert [e["replaced"] for e in stuck() if e["task_id"] == second.task_id] == [False]
+    with runner.attempts.mu:
+        assert room.free() == 0  # past the bound: its slot stays taken
+
+    let_go.set()
+    _until(lambda: not stuck() and not runner.attempts.aio, "both to end")
+    with runner.attempts.mu:
+        assert room.free() == 1 and room.held == 0 and runner.attempts.stopped == {}
+    assert runner.get(deaf.task_id).status is TaskStatus.TIMEOUT  # a late result changes nothing
+    assert runner.stats.discarded >= 2
