@@ -45,6 +45,7 @@ class EventLoop:
         self.queue: deque[Task] = deque()  # claimed, waiting for a slot (FIFO)
         self.busy_until = 0.0  # when the loop finishes the CPU it was given so far
         self.lags: list[float] = []  # one per cpu step: how long it waited for the loop
+        self._sampled = 0  # lags already taken by `interval_lag`
         self.busy_s = 0.0
         self.peak = 0
         self.started = 0
@@ -98,6 +99,13 @@ class EventLoop:
             if self.in_flight >= self.capacity:
                 return None
         return None
+
+    def interval_lag(self) -> float:
+        """The largest lag since the previous call (0: no coroutine waited for the loop):
+        the trace's `loop_lag` sample and the loop-lag alert's value, as the runtime's."""
+        fresh = self.lags[self._sampled:]
+        self._sampled = len(self.lags)
+        return max(fresh, default=0.0)
 
     def cpu(self, task: Task, seconds: float, detail: Callable[[Event], None] | None
             ) -> Generator[simpy.Event, Any, None]:

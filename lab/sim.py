@@ -670,6 +670,8 @@ class Simulation:
         while True:
             if workers is not None:
                 self.metrics.stuck_share = self.stats.stuck / workers
+            if self.loop is not None:
+                self.metrics.loop_lag = self.loop.interval_lag()
             self.alerts.evaluate(env.now)
             if self.on_sample is not None:
                 self.on_sample(self)

@@ -2,7 +2,9 @@
 
 Rates (throughput, request rate) are over the last sample interval; business percentiles
 are over the requests the gateway saw in the last interval. Everything else is a level or a
-running total at the sample time.
+running total at the sample time. `loop_lag` (only when a kind is async) is the largest
+wait of a coroutine for the event loop since the previous sample, in seconds: the same
+series, with the same meaning, as a worker's trace.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ def series_names(sim: Simulation) -> list[str]:
     names = ["queue_depth", "running", "running_limit", "stuck", "submitted"]
     names += [f"done.{s.value}" for s in DONE]
     names += ["throughput", "success_rate", "alerts.firing"]
+    if getattr(sim, "loop", None) is not None:  # async kinds: the event loop's lag
+        names.append("loop_lag")
     for ds in sim.downstreams:
         names += [f"ds.{ds}.{k}" for k in ("in_flight", "limit", "rps", "r429", "errors",
                                            "breaker", "reopen_in", "tokens")]
@@ -80,6 +84,8 @@ class TimelineRecorder:
         row: list[Any] = [m.queue_depth, m.running, limit, stuck, sim.stats.submitted]
         row += [counts[s.value] for s in DONE]
         row += [throughput, _num(m.success_rate), len(sim.alerts.firing)]
+        if getattr(sim, "loop", None) is not None:
+            row.append(_num(m.loop_lag))
         for name, ds in sim.downstreams.items():
             row += self._downstream(name, ds, now)
         for pool in sim.pools.values():

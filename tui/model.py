@@ -89,6 +89,15 @@ class Timeline:
             return None
         return _num(self._v[i, self._col[name]])
 
+    def max_upto(self, name: str, i: int) -> float | None:
+        """The largest value of `name` over samples 0..i (None: no such series or value)."""
+        if i < 0 or name not in self._col:
+            return None
+        vals = self._v[: i + 1, self._col[name]]
+        if np.isnan(vals).all():
+            return None
+        return _num(float(np.nanmax(vals)))
+
     def chart(self, name: str, i: int, t0: float, t1: float, width: int) -> np.ndarray:
         """Max of `name` per column over [t0, t1], NaN after sample `i` (the cursor).
 
@@ -185,6 +194,10 @@ class Overview:
     limit_chart: np.ndarray = field(repr=False)
     throughput_chart: np.ndarray | None = field(default=None, repr=False)
     success_chart: np.ndarray | None = field(default=None, repr=False)
+    #: The event loop's lag at the cursor and the largest up to it, seconds (None: the run
+    #: has no async kind, so its trace has no `loop_lag` series).
+    loop_lag: float | None = None
+    loop_lag_max: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,6 +497,7 @@ def snapshot(
         v("throughput", i), v("success_rate", i),
         chart("queue_depth"), chart("running"), chart("running_limit"),
         chart("throughput"), chart("success_rate"),
+        v("loop_lag", i), tl.max_upto("loop_lag", i),
     )
     # Time until half-open is carried at the sample; subtract what has passed since it.
     since = t - float(tl.times[i]) if i >= 0 else 0.0

@@ -83,7 +83,8 @@ class _Scaler:
             self.batch(batch)
         for fault in doc["faults"]:
             self.t(fault, "at_s")
-        self.t(doc["alerts"], "running_for_s", "queue_for_s", "stuck_for_s")
+        self.t(doc["alerts"], "running_for_s", "queue_for_s", "stuck_for_s",
+               "loop_lag_s", "loop_lag_for_s")
         baseline = doc["alerts"]["p99_baseline_s"]
         for key in baseline:
             baseline[key] *= self.f

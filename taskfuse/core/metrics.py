@@ -54,11 +54,14 @@ class MetricsAggregator:
     """Keeps the source's four metrics current from SUBMIT and MOVE events (an event sink).
 
     `stuck_share` is the driver's to set, as no event says it: worker threads busy with a
-    task that is no longer RUNNING over all worker threads (None: not known).
+    task that is no longer RUNNING over all worker threads (None: not known). So is
+    `loop_lag`: how late the event loop of the async executor runs its callbacks, in
+    seconds (None: no async kind, no loop).
     """
 
     def __init__(self, recent_samples: int = 1000) -> None:
         self.stuck_share: float | None = None
+        self.loop_lag: float | None = None
         self.counts: dict[str, int] = dict.fromkeys((s.value for s in TaskStatus), 0)
         self.durations: dict[str, list[float]] = {}
         self.recent: dict[str, deque[tuple[float, float]]] = {}
@@ -144,7 +147,8 @@ class AlertRule:
             raise ValueError(f"alert {self.name!r}: for_s must be >= 0, got {self.for_s!r}")
 
 
-METRICS = frozenset({"running", "queue_depth", "success_rate", "p99_ratio", "stuck_share"})
+METRICS = frozenset({"running", "queue_depth", "success_rate", "p99_ratio", "stuck_share",
+                     "loop_lag"})
 
 
 def default_rules(
@@ -158,9 +162,13 @@ def default_rules(
     min_finished: int = 20,
     stuck_share: float = 0.25,
     stuck_for_s: float = 60.0,
+    loop_lag_s: float = 0.1,
+    loop_lag_for_s: float = 60.0,
 ) -> list[AlertRule]:
-    """The source's four alerts, and a fifth for threads stolen by hung tasks; the defaults
-    are the source's thresholds (stuck threads: a quarter of the pool for a minute).
+    """The source's four alerts, a fifth for threads stolen by hung tasks and a sixth for
+    an event loop held by a coroutine that blocks it (a sync call, CPU); the defaults are
+    the source's thresholds (stuck threads: a quarter of the pool for a minute; loop lag:
+    over 100 ms for a minute, the lag at which the worker names the blocking task).
 
     The one definition of the rules: the lab, the runtime's trace and the load test get them
     through `taskfuse.limits.build.alert_rules`, and a test holds the shipped Prometheus
@@ -174,6 +182,7 @@ def default_rules(
                   min_samples=min_finished),
         AlertRule("p99_above_history", "p99_ratio", ">", p99_ratio, min_samples=min_finished),
         AlertRule("stuck_threads_high", "stuck_share", ">", stuck_share, for_s=stuck_for_s),
+        AlertRule("loop_lag_high", "loop_lag", ">", loop_lag_s, for_s=loop_lag_for_s),
     ]
 
 
@@ -223,6 +232,8 @@ class AlertEvaluator:
             return m.success_rate
         if metric == "stuck_share":
             return m.stuck_share
+        if metric == "loop_lag":
+            return m.loop_lag
         return self._p99_ratio(now)
 
     def _finished(self) -> int:

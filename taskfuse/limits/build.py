@@ -210,4 +210,6 @@ def alert_rules(alerts: Alerts, limit: float) -> list[AlertRule]:
         min_finished=alerts.min_finished,
         stuck_share=alerts.stuck_share,
         stuck_for_s=alerts.stuck_for_s,
+        loop_lag_s=alerts.loop_lag_s,
+        loop_lag_for_s=alerts.loop_lag_for_s,
     )

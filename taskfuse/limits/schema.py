@@ -322,7 +322,8 @@ class Sweeper(Strict):
 
 
 class Alerts(Strict):
-    """The source's four alerts and the stuck-threads one; thresholds are configuration."""
+    """The source's four alerts, the stuck-threads and the loop-lag ones; thresholds are
+    configuration."""
 
     running_limit: PosFloat | None = None
     running_for_s: Offset = 300.0
@@ -334,6 +335,10 @@ class Alerts(Strict):
     p99_baseline_s: dict[str, Duration] = Field(default_factory=dict)
     stuck_share: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.25
     stuck_for_s: Offset = 60.0
+    #: The async executor's event loop lag (seconds) above which, held `loop_lag_for_s`,
+    #: the loop-lag alert fires.
+    loop_lag_s: PosFloat = 0.1
+    loop_lag_for_s: Offset = 60.0
 
 
 Workers = Annotated[int, Field(strict=True, ge=1, le=MAX_WORKERS)] | Literal["unbounded"]

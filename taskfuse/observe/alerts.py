@@ -11,7 +11,8 @@ Each alert expression must have the checkable form
 
     taskfuse:METRIC OP THRESHOLD [and [on (LABELS)] taskfuse:finished >= N]
 
-where METRIC is one of the core's metrics (running, queue_depth, success_rate, p99_ratio),
+where METRIC is one of the core's metrics (running, queue_depth, success_rate, p99_ratio,
+stuck_share, loop_lag),
 OP is > or <, THRESHOLD a number or the series `taskfuse:running_limit`, and the optional
 guard is the core's `min_samples`. `for:` becomes `for_s`. Anything else is refused with
 the alert's name, rather than checked approximately.
@@ -168,6 +169,8 @@ class Sample:
     queue_depth: int = 0
     success: int = 0
     failed: int = 0
+    #: The worst event loop lag of the fleet, in seconds (None: no async kind).
+    loop_lag: float | None = None
 
 
 @dataclass
@@ -206,7 +209,7 @@ class Recording:
         samples = [
             Sample(float(t), int(_at(cols["running"], i)), _at(cols["running_limit"], i, None),
                    int(_at(cols["queue_depth"], i)), int(_at(cols["success"], i)),
-                   int(_at(cols["failed"], i)))
+                   int(_at(cols["failed"], i)), _at(cols["loop_lag"], i, None))
             for i, t in enumerate(times)
         ]
         return cls(samples, list(trace.events(kind=EventKind.MOVE)))
@@ -215,7 +218,7 @@ class Recording:
 #: Sample fields and the trace series they come from.
 _TRACE_SERIES = {"running": "running", "running_limit": "running_limit",
                  "queue_depth": "queue_depth", "success": "done.SUCCESS",
-                 "failed": "done.FAILED"}
+                 "failed": "done.FAILED", "loop_lag": "loop_lag"}
 
 
 def _at(values: Any, i: int, missing: Any = 0) -> Any:
@@ -270,6 +273,7 @@ def _set_counts(metrics: MetricsAggregator, sample: Sample) -> None:
     counts[TaskStatus.PENDING.value] = int(sample.queue_depth)
     counts[TaskStatus.SUCCESS.value] = int(sample.success)
     counts[TaskStatus.FAILED.value] = int(sample.failed)
+    metrics.loop_lag = sample.loop_lag
 
 
 def _refreshed(checked: CheckedRule, sample: Sample) -> AlertRule:

@@ -445,13 +445,18 @@ def client_limits(client: ClientLimits) -> dict[str, float]:
 
 
 def _stuck_families(stuck: list[dict[str, object]]) -> Iterator[Metric]:
-    """Threads still busy with a task that is no longer RUNNING (it ignored its stop), per
-    kind, and how long the oldest has been stuck."""
+    """Threads (and coroutines) still busy with a task that is no longer RUNNING (it
+    ignored its stop), per kind, and how long the oldest has been stuck."""
+    coroutines = sum(1 for entry in stuck if entry.get("coroutine"))
     total = GaugeMetricFamily("taskfuse_worker_stuck_threads", "Worker threads busy with a "
                               "task that is no longer RUNNING (it ignored its timeout or "
-                              "cancel).", value=len(stuck))
+                              "cancel).", value=len(stuck) - coroutines)
+    aio = GaugeMetricFamily("taskfuse_worker_stuck_coroutines", "Coroutines still running "
+                            "a task that is no longer RUNNING (they swallowed the "
+                            "CancelledError of its timeout or cancel).", value=coroutines)
     count = GaugeMetricFamily("taskfuse_worker_stuck_threads_by_kind", "Stuck worker threads "
-                              "by the kind of the task they are stuck on.", labels=["kind"])
+                              "(and coroutines, of async kinds) by the kind of the task they "
+                              "are stuck on.", labels=["kind"])
     oldest = GaugeMetricFamily("taskfuse_worker_stuck_seconds", "How long the longest-stuck "
                                "thread of each kind has been stuck.", labels=["kind"])
     by_kind: dict[str, list[float]] = {}
@@ -461,6 +466,7 @@ def _stuck_families(stuck: list[dict[str, object]]) -> Iterator[Metric]:
         count.add_metric([label(kind)], len(ages))
         oldest.add_metric([label(kind)], max(ages))
     yield total
+    yield aio
     yield count
     yield oldest
 

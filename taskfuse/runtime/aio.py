@@ -325,6 +325,8 @@ class AsyncExecutor:
         #: and one wake-up for all: `_hand_over`).
         self._ended: list[tuple[TaskContext, Outcome]] = []
         self._queued: dict[str, deque[TaskContext]] = {}  # past their kind's cap
+        #: Coroutines stuck past their stop whose slot was given back (ids; loop thread).
+        self._freed: set[int] = set()
         self._thread: threading.Thread | None = None
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
@@ -393,11 +395,31 @@ class AsyncExecutor:
             ctx.logger.error("attempt raised %r", exc)
             outcome = Outcome.failure(type(exc).__name__, str(exc))
         kind = ctx.task.kind
-        self._running[kind] -= 1
+        if id(ctx) in self._freed:  # its slot went to another when it got stuck
+            self._freed.discard(id(ctx))
+        else:
+            self._running[kind] -= 1
         self._end(ctx, outcome)
+        self._next(kind)
+
+    def _next(self, kind: str) -> None:
+        """Start the kind's queued attempts its cap has room for now."""
         queued = self._queued.get(kind)
         while queued and self._running[kind] < (self._kind_caps.get(kind) or 0):
             self._begin(queued.popleft())
+
+    def free_slot(self, ctx: TaskContext) -> None:
+        """A coroutine that ignored its cancel is stuck: its kind's cap counts it no more
+        (any thread; the watchdog's replacement of a stuck coroutine)."""
+        self.loop.call_soon_threadsafe(self._free, ctx)
+
+    def _free(self, ctx: TaskContext) -> None:
+        aio = ctx._aio if isinstance(ctx, AsyncTaskContext) else None
+        if aio is None or aio.done():  # it ended meanwhile: its end gave the slot back
+            return
+        self._freed.add(id(ctx))
+        self._running[ctx.task.kind] -= 1
+        self._next(ctx.task.kind)
 
     def _end(self, ctx: TaskContext, outcome: Outcome) -> None:
         if not self._ended:

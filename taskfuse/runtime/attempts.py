@@ -15,7 +15,10 @@ All three are renewed by the heartbeat, so a prefetched task or an outcome that 
 store outage keeps its lease. An attempt that was told to stop (timeout, cancel, lost lease,
 shutdown) while its thread keeps running is **stopped**; past a grace it is **stuck**, the
 thread no longer counts as capacity, and the runner may start a replacement (up to a
-bound). When that thread finally returns, it retires if the pool is full again.
+bound). When that thread finally returns, it retires if the pool is full again. A
+coroutine that swallows its CancelledError and keeps running is stopped and stuck the same
+way (`Stuck.coroutine`): its slot on the loop is given back up to the same bound, so the
+loop's capacity is not lost silently.
 
 One lock (`mu`) guards all of it; it is never held across a store call or user code, and
 the runner's fuse lock is never taken while it is held (lock order: the fuse lock, then mu).
@@ -74,6 +77,9 @@ class Stuck:
     stopped_at: float  # time.monotonic() when the attempt was told to stop
     thread: str
     replaced: bool = False
+    #: A coroutine on the event loop (it swallowed its CancelledError), not a thread.
+    coroutine: bool = False
+    key: AttemptKey | None = None
 
 
 @dataclass
@@ -113,7 +119,8 @@ class Attempts:
 
     def busy(self) -> int:
         """Threads executing an attempt that still counts (not stuck)."""
-        return len(self.running) - len(self.stuck)
+        running = self.running
+        return len(running) - sum(1 for key in self.stuck if key in running)
 
     def want(self) -> int:
         """How many more attempts a claim may take now: free threads plus the prefetch.
@@ -159,7 +166,7 @@ class Attempts:
         commit here."""
         if batch_id is None:
             return (not self.buffer and self.busy() <= 0 and not self.committing
-                    and not self.aio)
+                    and all(key in self.stuck for key in self.aio))
         stuck = self.stuck
         return not any(t.batch_id == batch_id for t in self.in_flight()
                        if (t.task_id, t.version) not in stuck)
@@ -174,7 +181,7 @@ class Attempts:
         now = time.monotonic()
         for ctx in found:
             key = key_of(ctx.task)
-            if key in self.running:
+            if key in self.running or key in self.aio:
                 self.stopped.setdefault(key, now)
         return found
 
@@ -201,21 +208,29 @@ class Attempts:
         return taken
 
     def newly_stuck(self, grace_s: float, threads: dict[AttemptKey, str]) -> list[Stuck]:
-        """Stopped attempts whose thread is still busy `grace_s` after the stop: stuck now."""
+        """Stopped attempts whose thread (or coroutine) is still busy `grace_s` after the
+        stop: stuck now. A stuck thread no longer counts as capacity."""
         now = time.monotonic()
         out = []
         for key, since in self.stopped.items():
-            if key in self.stuck or key not in self.running or now - since < grace_s:
+            if key in self.stuck or now - since < grace_s:
                 continue
-            ctx = self.running[key]
-            stuck = Stuck(ctx.task.kind, ctx.task.task_id, since, threads.get(key, "?"))
+            coroutine = key not in self.running
+            ctx = self.aio.get(key) if coroutine else self.running[key]
+            if ctx is None:
+                continue
+            stuck = Stuck(ctx.task.kind, ctx.task.task_id, since,
+                          "event-loop" if coroutine else threads.get(key, "?"),
+                          coroutine=coroutine, key=key)
             self.stuck[key] = stuck
-            self.live_threads -= 1
+            if not coroutine:
+                self.live_threads -= 1
             out.append(stuck)
         return out
 
     def excluded(self, overlap: frozenset[str]) -> frozenset[str]:
         """Tasks a claim must skip: a stopped attempt of theirs still runs here (unless their
         kind declares overlapping attempts safe)."""
-        return frozenset(self.running[k].task.task_id for k in self.stopped
-                         if k in self.running and self.running[k].task.kind not in overlap)
+        held = [self.running.get(k) or self.aio.get(k) for k in self.stopped]
+        return frozenset(ctx.task.task_id for ctx in held
+                         if ctx is not None and ctx.task.kind not in overlap)

@@ -6,6 +6,8 @@ loop tells `started` and `finished` (the `LoopFeed` protocol of `taskfuse.runtim
 and the outcomes go to the completer in one lock and one wake-up per turn of the loop. The
 claimer is woken when a group's worth of room is free, not at every ended coroutine: a
 claim round trip per ended coroutine cost a store query per task at thousands a second.
+A coroutine stuck past its stop (it swallowed CancelledError) gives its slot back when the
+watchdog replaces it (`free_slot`), and not again when it finally ends.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from taskfuse.core.task import Outcome
 from taskfuse.runtime.aio import AsyncExecutor, LoopRoom
 from taskfuse.runtime.app import App
-from taskfuse.runtime.attempts import MAX_GROUP, key_of
+from taskfuse.runtime.attempts import MAX_GROUP, AttemptKey, key_of
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.shared import Shared
 
@@ -54,7 +56,9 @@ class LoopSide:
         with at.mu:
             for ctx, outcome in ended:
                 key = key_of(ctx.task)
-                if at.aio.pop(key, None) is not None:
+                at.stopped.pop(key, None)
+                stuck = at.stuck.pop(key, None)
+                if at.aio.pop(key, None) is not None and not (stuck and stuck.replaced):
                     self.room.give(ctx.task.kind)
                 at.committing[key] = (ctx, outcome)
             at.outcomes.notify()
@@ -63,6 +67,16 @@ class LoopSide:
             wake = not at.aio or self.room.free() >= self._wake_at
         if wake:  # room for a group on the loop: one claim for many ends, not one each
             self.shared.claim_wake.set()
+
+    def free_slot(self, key: AttemptKey) -> None:
+        """A coroutine stuck past its stop gives its slot back (attempts.mu held; the
+        watchdog's replacement of it): the room and its kind's cap count it no more."""
+        ctx = self.shared.attempts.aio.get(key)
+        if ctx is None:
+            return
+        self.room.give(ctx.task.kind)
+        self.aio.free_slot(ctx)
+        self.shared.claim_wake.set()
 
     def wait_idle(self, until: float) -> None:
         """Wait until no attempt is on the event loop, or the monotonic time `until`."""

@@ -189,7 +189,8 @@ class Runner:
                                  if limits.stuck_threads_max is not None else self.workers)
         self.watchdog = Watchdog(sh, watchdog_s or app.limits.watchdog_interval_s,
                                  stuck_after_s, stuck_threads_max, self.threads.thread_of,
-                                 self.threads.add)
+                                 self.threads.add,
+                                 self.loop.free_slot if self.loop is not None else None)
         self.heartbeat = Heartbeat(sh, heartbeat_s or app.heartbeat_s, self.fleet, app.name,
                                    self.workers)
         self.completer = Completer(sh, group_wait_s)

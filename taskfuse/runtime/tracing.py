@@ -3,8 +3,10 @@
 `RuntimeTrace` is two things: an event sink on the runner's Scheduler (every move, breaker
 change, wait and downstream call), and a sampler thread that appends one timeline row every
 `interval_s` — the lab's series where they apply to a real run: queue depth, running,
-outcomes so far, throughput, success rate, alerts firing, and per downstream: in flight,
-limit, calls per second, 429s, errors, breaker state, seconds to half-open, tokens.
+outcomes so far, throughput, success rate, alerts firing, the event loop's lag (`loop_lag`,
+only with async kinds: the largest lag since the previous sample, in seconds, as in a
+simulation's trace), and per downstream: in flight, limit, calls per second, 429s, errors,
+breaker state, seconds to half-open, tokens.
 
 Times in the trace are seconds since the run started, like a simulation's; the wall-clock
 start is in the header's meta (`t0_epoch`). Queue depth and outcomes come from the store, so
@@ -46,6 +48,9 @@ from taskfuse.core.states import TERMINAL, TaskStatus
 from taskfuse.limits.build import alert_rules
 from taskfuse.trace import BREAKER_CODES, TraceWriter, compact
 
+#: The WAIT reason of an event loop lag (taskfuse.runtime.aio).
+LOOP_LAG = "loop_lag"
+
 if TYPE_CHECKING:
     from taskfuse.runtime.threads import Runner
 
@@ -57,11 +62,13 @@ _HTTP_429 = "http_429"
 _STATE_KINDS = (EventKind.SUBMIT, EventKind.MOVE)
 
 
-def series_names(downstreams: list[str]) -> list[str]:
-    """The timeline's columns, in order: the standard series that apply to a real run."""
+def series_names(downstreams: list[str], loop: bool = False) -> list[str]:
+    """The timeline's columns, in order: the standard series that apply to a real run
+    (`loop_lag` when a kind runs on the event loop)."""
     names = ["queue_depth", "running", "running_limit", "submitted"]
     names += [f"done.{s.value}" for s in _DONE]
     names += ["throughput", "success_rate", "alerts.firing"]
+    names += ["loop_lag"] if loop else []
     names += [f"ds.{d}.{s}" for d in downstreams for s in _DS_SERIES]
     return names
 
@@ -82,11 +89,13 @@ class RuntimeTrace:
         self.interval_s = interval_s
         self.t0 = runner.clock()
         self._downstreams = sorted(runner.scheduler.guards)
+        self._loop = runner.aio is not None
+        self._lag_peak = 0.0  # the largest loop_lag WAIT since the last sample
         header = {
             "source": "runtime",
             "scenario": runner.app.name,
             "seed": None,
-            "series": series_names(self._downstreams),
+            "series": series_names(self._downstreams, self._loop),
             "sample_interval_s": interval_s,
             "meta": {
                 "downstreams": self._downstreams,
@@ -128,6 +137,8 @@ class RuntimeTrace:
                 self._r429[event.subject] += 1
             elif event.reason != "ok":
                 self._errors[event.subject] += 1
+        elif event.reason == LOOP_LAG and event.kind == EventKind.WAIT:
+            self._lag_peak = max(self._lag_peak, event.value or 0.0)
         event = event._replace(t=event.t - self.t0)
         with self._lock:
             if not self._writer.closed:
@@ -189,19 +200,31 @@ class RuntimeTrace:
         counts = runner.store.counts()  # a query on a database: outside every lock
         self._discover(sum(counts.values()))
         busy = len(runner.running_tasks())
-        stuck = len(runner.stuck_threads())
+        stuck = sum(1 for s in runner.stuck_threads() if not s["coroutine"])  # threads
+        lag = self._interval_lag()
         with runner.lock:
             now = runner.clock()
             self.metrics.stuck_share = stuck / runner.workers
+            self.metrics.loop_lag = lag
             firing = self._evaluate(counts, now)
             ds = [self._downstream_row(runner.scheduler.guards[d], now) for d in self._downstreams]
         t = now - self.t0
-        row = [*self._row(counts, busy, t), firing] + [v for cols in ds for v in cols]
+        row = [*self._row(counts, busy, t), firing] + ([lag] if self._loop else [])
+        row += [v for cols in ds for v in cols]
         with self._lock:
             if not self._writer.closed:
                 self._writer.sample(t, row)
                 self._writer.flush()
         self._last_t = t
+
+    def _interval_lag(self) -> float | None:
+        """The largest event loop lag since the previous sample (None: no loop): the lag
+        events of the interval (each at least LAG_REPORT_S) and the last ping's lag, so a
+        blocked loop between two samples is seen even once it answers again."""
+        if not self._loop:
+            return None
+        peak, self._lag_peak = self._lag_peak, 0.0
+        return round(max(peak, self.runner.loop_lag()[0]), 6)
 
     def _evaluate(self, counts: dict[TaskStatus, int], now: float) -> int:
         """Alert rules on the store's counts (runner lock held); answers how many fire."""

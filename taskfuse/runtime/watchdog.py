@@ -8,6 +8,8 @@
   is stuck after `stuck_after_s`: it no longer counts as capacity, and a new thread replaces
   it while at most `stuck_threads_max` are stuck (`taskfuse.core.capacity`, the rule the
   lab applies too), so a hang storm cannot start more than workers + stuck_threads_max.
+  A coroutine that swallowed its CancelledError is stuck the same way, under the same bound:
+  its slot on the event loop is given back (`free_slot`) instead of a thread started.
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ class Watchdog:
 
     def __init__(self, shared: Shared, every_s: float, stuck_after_s: float,
                  stuck_threads_max: int, thread_of: dict[AttemptKey, str],
-                 add_worker: Callable[[], None]) -> None:
+                 add_worker: Callable[[], None],
+                 free_slot: Callable[[AttemptKey], None] | None = None) -> None:
         self.shared = shared
         self.every_s = every_s
         self.stuck_after_s = stuck_after_s
         self.stuck_threads_max = stuck_threads_max
         self._thread_of = thread_of
         self._add_worker = add_worker
+        self._free_slot = free_slot
         self._mu = threading.Condition(threading.Lock())
         self._due = float("inf")
         #: The soonest deadline claimed since the watchdog last asked the store.
@@ -119,27 +123,34 @@ class Watchdog:
         sh = self.shared
         at = sh.attempts
         extra = {"task_id": stuck.task_id}
+        what = "a coroutine" if stuck.coroutine else f"worker thread {stuck.thread}"
         if not replaces_stuck(count, self.stuck_threads_max):
-            log.error("worker thread %s is stuck on task %s (kind %r) and is not replaced: "
-                      "%d threads are stuck, over the bound of %d; %d threads left to work",
-                      stuck.thread, stuck.task_id, stuck.kind, count, self.stuck_threads_max,
-                      at.live_threads, extra=extra)
+            log.error("%s is stuck on task %s (kind %r) and is not replaced: %d are stuck, "
+                      "over the bound of %d; %d threads left to work", what, stuck.task_id,
+                      stuck.kind, count, self.stuck_threads_max, at.live_threads, extra=extra)
             return
         stuck.replaced = True
         at.replacements += 1
         sh.stats.replaced += 1
-        log.warning("worker thread %s is stuck on task %s (kind %r), which ignored its stop "
-                    "for %.1fs; started a replacement (%d stuck, bound %d)", stuck.thread,
-                    stuck.task_id, stuck.kind, time.monotonic() - stuck.stopped_at,
-                    count, self.stuck_threads_max, extra=extra)
-        self._add_worker()
+        log.warning("%s is stuck on task %s (kind %r), which ignored its stop for %.1fs; %s "
+                    "(%d stuck, bound %d)", what, stuck.task_id, stuck.kind,
+                    time.monotonic() - stuck.stopped_at,
+                    "gave its slot on the event loop back" if stuck.coroutine
+                    else "started a replacement", count, self.stuck_threads_max, extra=extra)
+        if stuck.coroutine:
+            assert self._free_slot is not None and stuck.key is not None
+            self._free_slot(stuck.key)
+        else:
+            self._add_worker()
 
     def stuck_threads(self) -> list[dict[str, Any]]:
-        """Threads busy with an attempt that is no longer RUNNING: kind, task, seconds since
-        the stop, and whether a replacement took its place (metrics, the trace, status)."""
+        """Threads (and coroutines) busy with an attempt that is no longer RUNNING: kind,
+        task, seconds since the stop, whether a replacement took its place, and whether it
+        is a coroutine (metrics, the trace, status)."""
         at = self.shared.attempts
         now = time.monotonic()
         with at.mu:
             return [{"kind": s.kind, "task_id": s.task_id, "thread": s.thread,
-                     "for_s": round(now - s.stopped_at, 3), "replaced": s.replaced}
+                     "for_s": round(now - s.stopped_at, 3), "replaced": s.replaced,
+                     "coroutine": s.coroutine}
                     for s in at.stuck.values()]

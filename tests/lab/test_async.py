@@ -87,6 +87,28 @@ def test_loop_lag_appears_only_with_cpu_steps(tmp_path) -> None:
     assert waits(tmp_path / "w.trace", LOOP_WAIT) == []
 
 
+def test_the_simulated_loop_lag_feeds_the_shipped_loop_lag_alert(tmp_path, capsys) -> None:
+    """200 coroutines of 0.5 s CPU on 3 slots take turns on the loop for 100 s, each waiting
+    about 1 s for it: the lab's loop_lag_high fires after its minute, the trace samples the
+    lag, and the shipped Prometheus rule fires on that trace (one rule, both drivers)."""
+    from taskfuse.observe.alerts import main as alerts_main
+
+    trace = tmp_path / "lag.trace"
+    r = tiny(count=200, step="cpu", seconds=0.5, trace=trace).report
+    assert [a["rule"] for a in r["alerts"]] == ["loop_lag_high"]
+    tr = read_trace(trace)
+    _, lags = tr.series("loop_lag")
+    assert max(lags) == pytest.approx(1.0) and lags[-1] == 0.0
+    assert alerts_main([str(trace)]) == 0
+    assert capsys.readouterr().out.startswith("TaskfuseLoopLagHigh: fired at t=")
+    quiet = tmp_path / "quiet.trace"
+    assert tiny(count=200, step="work", seconds=0.5, trace=quiet).report["alerts"] == []
+    assert set(read_trace(quiet).series("loop_lag")[1]) == {0.0}
+    thread = tmp_path / "thread.trace"
+    tiny(executor="thread", count=3, trace=thread)
+    assert "loop_lag" not in read_trace(thread).series_names
+
+
 HUNG = """
 name: hung
 horizon_s: 600

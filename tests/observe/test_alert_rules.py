@@ -47,8 +47,8 @@ def test_the_rules_file_is_package_data_and_every_alert_is_checkable() -> None:
     names = [a.name for a in load_alerts()]
     assert names == ["TaskfuseRunningAboveLimit", "TaskfuseQueueDepthHigh",
                      "TaskfuseSuccessRateLow", "TaskfuseP99AboveHistory",
-                     "TaskfuseStuckThreads"]
-    assert len(load_rules()) == 5  # none refused
+                     "TaskfuseStuckThreads", "TaskfuseLoopLagHigh"]
+    assert len(load_rules()) == 6  # none refused
 
 
 def test_the_rules_file_says_what_the_core_says() -> None:
@@ -134,6 +134,21 @@ def test_a_configured_p99_baseline_is_honoured() -> None:
     assert _fired(rec) == []  # without a configured history: too few tasks to have one
     [firing] = _fired(rec, p99_baseline_s={"*": 1.0})
     assert firing.alert == "TaskfuseP99AboveHistory"
+
+
+def test_a_lagging_event_loop_for_a_minute_fires_and_resolves() -> None:
+    """A coroutine holds the loop 400 ms at a time from t=60 to t=180: the lag is over
+    100 ms for a minute at t=120; the first healthy sample (t=195) resolves it."""
+    lag = {t: 0.4 if 60 <= t <= 180 else 0.003 for t in _times(300)}
+    rec = Recording([Sample(t, loop_lag=v) for t, v in lag.items()])
+    assert _fired(rec) == [Firing("TaskfuseLoopLagHigh", 120.0, 195.0)]
+
+
+def test_a_healthy_or_short_lag_and_a_worker_without_a_loop_stay_quiet() -> None:
+    healthy = Recording([Sample(t, loop_lag=0.02) for t in _times(600)])
+    blip = Recording([Sample(t, loop_lag=0.9 if 60 <= t < 105 else 0.0) for t in _times(600)])
+    threads_only = Recording([Sample(t, loop_lag=None) for t in _times(600)])
+    assert _fired(healthy) == _fired(blip) == _fired(threads_only) == []
 
 
 def test_expressions_outside_the_checkable_form_are_refused_by_name() -> None:

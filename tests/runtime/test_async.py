@@ -237,6 +237,38 @@ def test_a_task_that_blocks_the_loop_shows_in_the_lag_and_is_named(
     assert gauges["taskfuse_worker_loop_lag_max_seconds"] >= 0.3
 
 
+def test_a_workers_trace_samples_the_loop_lag(make_runner, tmp_path) -> None:
+    """The trace of a real async run has the `loop_lag` series (the largest lag since the
+    previous sample), which the shipped loop-lag rule reads; a thread-only run has none."""
+    from taskfuse.observe.alerts import Recording
+    from taskfuse.trace import read_trace
+
+    app = App("aio")
+
+    @app.task("blocks")
+    async def blocks(ctx, payload):
+        time.sleep(0.6)  # a sync call on the loop: a ping waits at least 0.35 s
+        return None
+
+    path = tmp_path / "aio.trace"
+    runner = make_runner(app, workers=1, trace=path, trace_interval_s=0.05)
+    runner.submit("blocks")
+    assert runner.join(JOIN_S)
+    _until(lambda: runner.loop_lag()[1] >= 0.3, "the lag to be measured")
+    runner.shutdown()
+    _, lags = read_trace(path).series("loop_lag")
+    assert max(lags) >= 0.3
+    assert max(s.loop_lag for s in Recording.from_trace(path).samples) >= 0.3
+
+    plain = App("threads")
+    plain.task("t")(lambda ctx, payload: None)
+    other = make_runner(plain, workers=1, trace=tmp_path / "t.trace", trace_interval_s=0.05)
+    other.submit("t")
+    assert other.join(JOIN_S)
+    other.shutdown()
+    assert "loop_lag" not in read_trace(tmp_path / "t.trace").series_names
+
+
 def test_the_kind_cap_bounds_coroutines_in_flight(store, make_runner, server) -> None:
     limits = Limits.model_validate({"async_concurrency": 50,
                                     "kinds": {"k": {"executor": "async",
@@ -314,3 +346,60 @@ def test_executor_placements_that_cannot_run_are_refused() -> None:
     app.task("k")(plain)
     with pytest.raises(RuntimeConfigError, match="is a plain function"):
         app.definition("k")
+
+
+def test_a_coroutine_that_swallows_its_cancel_is_stuck_and_its_slot_replaced(
+        make_runner) -> None:
+    """A coroutine that catches CancelledError and keeps running ends TIMEOUT at its
+    timeout, counts as a stuck coroutine (stuck_threads, the metrics) and gives its slot
+    back up to the stuck bound (1 here): the next task runs on the loop's only slot. A
+    second one past the bound keeps its slot; when both let go, the room is whole again."""
+    limits = Limits.model_validate({"async_concurrency": 1, "stuck_threads_max": 1,
+                                    "kinds": {"k": {"executor": "async"}}})
+    app = App.from_limits(limits, "aio")
+    let_go, swallowed = threading.Event(), threading.Event()
+
+    @app.task("k")
+    async def k(ctx, payload):
+        while payload == "deaf" and not let_go.is_set():
+            try:
+                await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                swallowed.set()  # and keeps running: the slot is never handed back
+        return payload
+
+    runner = make_runner(app, workers=1, stuck_after_s=0.1)
+    room = runner.loop_room
+
+    def stuck() -> list[dict[str, Any]]:
+        return runner.stuck_threads()
+
+    deaf = runner.submit("k", "deaf", timeout=0.3, max_retry=0)
+    _until(lambda: runner.get(deaf.task_id).status is TaskStatus.TIMEOUT, "the timeout")
+    _until(lambda: len(stuck()) == 1, "the coroutine to count as stuck")
+    assert swallowed.is_set()
+    [entry] = stuck()
+    assert entry["coroutine"] and entry["replaced"] and entry["kind"] == "k"
+    assert entry["task_id"] == deaf.task_id
+    gauges = {m.name: m.samples[0].value for m in GuardCollector(runner).collect()
+              if m.name in ("taskfuse_worker_stuck_coroutines", "taskfuse_worker_stuck_threads")}
+    assert gauges == {"taskfuse_worker_stuck_coroutines": 1, "taskfuse_worker_stuck_threads": 0}
+
+    quick = runner.submit("k", "quick")  # the only slot was the deaf one's: replaced
+    assert runner.join(JOIN_S)
+    assert runner.get(quick.task_id).status is TaskStatus.SUCCESS
+    assert runner.stats.replaced == 1
+
+    second = runner.submit("k", "deaf", timeout=0.3, max_retry=0)
+    _until(lambda: len(stuck()) == 2, "the second to count as stuck")
+    assert runner.get(second.task_id).status is TaskStatus.TIMEOUT
+    assert [e["replaced"] for e in stuck() if e["task_id"] == second.task_id] == [False]
+    with runner.attempts.mu:
+        assert room.free() == 0  # past the bound: its slot stays taken
+
+    let_go.set()
+    _until(lambda: not stuck() and not runner.attempts.aio, "both to end")
+    with runner.attempts.mu:
+        assert room.free() == 1 and room.held == 0 and runner.attempts.stopped == {}
+    assert runner.get(deaf.task_id).status is TaskStatus.TIMEOUT  # a late result changes nothing
+    assert runner.stats.discarded >= 2

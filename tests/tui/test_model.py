@@ -241,6 +241,19 @@ def test_pool_rows_and_overview_charts() -> None:
     assert drawn.max() == 9 and 1 not in drawn  # the sample after the cursor is not drawn
 
 
+def test_the_loop_lag_at_the_cursor_and_its_largest_so_far() -> None:
+    """A trace with the `loop_lag` series (async kinds): the lag at the cursor and the
+    largest up to it, not beyond; a trace without the series has neither."""
+    model = TraceModel({"series": ["queue_depth", "loop_lag"], "meta": {"workers": 1}})
+    model.add_samples(np.array([0.0, 1.0, 2.0, 3.0]),
+                      np.array([[0, 0.002], [0, 0.34], [0, 0.012], [0, 0.9]]))
+    ov = model.snapshot(2.5).overview
+    assert (ov.loop_lag, ov.loop_lag_max) == (0.012, 0.34)
+    assert model.snapshot(3.0).overview.loop_lag_max == 0.9
+    plain = _tiny_model().snapshot(2.5).overview
+    assert (plain.loop_lag, plain.loop_lag_max) == (None, None)
+
+
 def test_alerts_are_unknown_until_events_are_loaded() -> None:
     model = _tiny_model()
     model.pending_frames = 3

@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import numpy as np
 from textual.app import App, ComposeResult
 
 from tests.tui.screen import rendered_lines, text_of
 from tests.tui.tracegen import Incident
 from tui.app import MonitorApp, create_app
 from tui.fmt import fmt_t
+from tui.model import TraceModel
 from tui.taskindex import HistoryRow, TaskRow
 from tui.widgets.events import EventsPanel
+from tui.widgets.overview import OverviewPanel
 from tui.widgets.running import RunningPanel
 
 WIDE_TALL = (200, 60)
@@ -127,7 +130,8 @@ def _running(k: int) -> TaskRow:
     return TaskRow(f"task-{k}", "RUNNING", float(100 - k), 1, "b1", None, f"w{k}", "claim")
 
 
-def _small(panel: EventsPanel | RunningPanel, height: int, width: int = 44) -> list[str]:
+def _small(panel: EventsPanel | RunningPanel | OverviewPanel, height: int,
+           width: int = 44) -> list[str]:
     """The panel's lines in a `width`x`height` box (border and padding take 4 columns and
     2 rows)."""
 
@@ -171,6 +175,22 @@ def test_a_long_event_wraps_and_the_wrap_counts_against_the_height() -> None:
     assert "task-0" in lines[0] and not any("task-1" in ln for ln in lines)
     lines = _small(panel(), 8, 30)  # with 6 rows the older one shows under it (two lines)
     assert "task-1" in lines[-2] and sum("task-" in ln for ln in lines) == 2
+
+
+def test_the_overview_shows_the_loop_lag_only_for_a_run_with_async_kinds() -> None:
+    def overview(series: list[str], rows: list[list[float]]) -> OverviewPanel:
+        model = TraceModel({"series": series, "meta": {"workers": 2}})
+        model.add_samples(np.arange(float(len(rows))), np.array(rows))
+        panel = OverviewPanel()
+        panel.data = model.snapshot(float(len(rows) - 1)).overview
+        return panel
+
+    lagging = overview(["queue_depth", "running", "loop_lag"],
+                       [[5, 2, 0.34], [3, 2, 0.012]])
+    text = "\n".join(_small(lagging, 12, 60))
+    assert "loop lag 12ms (max 340ms)" in text
+    threads = overview(["queue_depth", "running"], [[5, 2], [3, 2]])
+    assert "loop lag" not in "\n".join(_small(threads, 12, 60))
 
 
 def test_running_cut_to_what_fits() -> None:

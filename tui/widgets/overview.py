@@ -1,4 +1,5 @@
-"""Queue depth and running-vs-limit as charts over the run, plus throughput and success rate.
+"""Queue depth and running-vs-limit as charts over the run, plus throughput and success rate
+(and the event loop's lag when the run has async kinds).
 
 The height decides how much history is drawn, not how tall the bars get: two charts at
 80x24 (queue, running), four with room (throughput and success rate over the run too).
@@ -10,13 +11,15 @@ import numpy as np
 from rich.text import Text
 from textual.reactive import reactive
 
-from tui.fmt import fmt_num, fmt_pct
+from tui.fmt import fmt_num, fmt_pct, fmt_s
 from tui.model import Overview, bars, fit
 from tui.widgets.styling import Panel, append_runs, flow, tone
 
 LABEL = 12  # "queue 1.00M " / "run  50/50  "
 #: Content rows from which a third and a fourth chart are drawn.
 THIRD_CHART_ROWS, FOURTH_CHART_ROWS = 14, 19
+#: A loop lag shown as bad: the lag from which the worker names the blocking task.
+LOOP_LAG_BAD_S = 0.1
 
 
 class OverviewPanel(Panel):
@@ -70,7 +73,17 @@ class OverviewPanel(Panel):
                                (f"{fmt_num(d.throughput, 1)}/s", tone(self, "tf--accent"))),
                  Text.assemble("ok ", (ok, tone(self, rate_tone))),
                  Text(f"done {fmt_num(done)}/{fmt_num(d.submitted)}")]
+        if d.loop_lag is not None or d.loop_lag_max is not None:  # a run with async kinds
+            parts.append(self._loop_lag(d))
         return flow(parts, max(1, self.text_width))
+
+    def _loop_lag(self, d: Overview) -> Text:
+        """`loop lag 12ms (max 340ms)`, red while the loop is late by over 100 ms (the
+        worker names the blocking task in its log from there)."""
+        late = (d.loop_lag or 0.0) > LOOP_LAG_BAD_S
+        return Text.assemble("loop lag ", (fmt_s(d.loop_lag),
+                                           tone(self, "tf--bad" if late else "tf--accent")),
+                             f" (max {fmt_s(d.loop_lag_max)})")
 
     def _chart(self, out: Text, label: str, values: np.ndarray, height: int,
                top: float | None, limit: np.ndarray | None = None) -> None:
