@@ -610,7 +610,7 @@ def _unsupported(scenario: Scenario) -> list[str]:
         notes.append("faults: worker crashes are not injected (threads are never killed)")
     if scenario.claim_batch > 1:
         notes.append("claim_batch: the runtime's threads share one queue of claimed tasks")
-    if scenario.workers == "unbounded":
+    if scenario.workers == "unbounded" and _worker_count(scenario, _async_kinds(scenario)) > 1:
         notes.append(f"workers: unbounded runs as at most {UNBOUNDED_WORKERS} worker threads")
     process = sorted(k for k, v in scenario.kinds.items() if v.executor == "process")
     if process:
