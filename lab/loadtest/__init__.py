@@ -1,13 +1,15 @@
 """Load tests: a scenario run for real, to hold the simulator to what really happens.
 
 `lab loadtest FILE` replaces each modelled part of a scenario with a real one and runs the
-batch on the real threaded runtime (`taskfuse.runtime.Runner`):
+batch on the real runtime (`taskfuse.runtime.Runner`: its worker threads, its task
+processes, or its event loop for a kind of `executor: async`, as the scenario says):
 
 * every downstream is an HTTP server on 127.0.0.1 (servers.py, each in a child process of
   its own) that enforces the provider's token bucket, latency, errors, capacity and outages;
-* task programs make real HTTP calls (connections.py) through the runtime's
-  `ctx.downstream(name)` guards (client.py) and real queries on real connection pools
-  (pools.py);
+* task programs make real HTTP calls (connections.py: blocking keep-alive connections on
+  threads, asyncio streams on the event loop) through the runtime's `ctx.downstream(name)`
+  guards (client.py: one compiled program, run by a thread or awaited by a coroutine) and
+  real queries on real connection pools (pools.py);
 * business traffic is a real open-loop load generator on the same pool, behind a gateway
   with a timeout and a circuit breaker (business.py).
 

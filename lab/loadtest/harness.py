@@ -9,7 +9,8 @@ Two measurements, both in real seconds as they happen and in scenario seconds in
   network and the server's event loop. The simulator has none of it, so where it is a visible
   share of a call, latencies, timeouts and retry timing are partly the harness's;
 * per timer (work steps, DB holds, arrival pacing, and the runtime's own waits between a
-  call's attempts: backoff and pacing, through its `waits` seam, `TimedWaits`), how late it
+  call's attempts: backoff and pacing, through its `waits` seam, `TimedWaits`; for the
+  coroutines of `async` kinds, their work, holds and hangs, `timed_sleep`), how late it
   woke: a timer that fires late stretches every step it times.
 
 `warnings` turns them into lines of the report when the median overhead passes
@@ -21,6 +22,7 @@ harness little when they wait on a slow provider and a lot when they arrive in o
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +81,14 @@ class HarnessStats:
             return True
         self.timer(seconds, time.monotonic() - began)
         return False
+
+    async def timed_sleep(self, seconds: float) -> None:
+        """`asyncio.sleep(seconds)` timed as a timer (a coroutine's wait: a loop held by
+        other coroutines, or a process short of CPU, wakes it late). A cancel (the task's
+        timeout or stop) cuts it short, untimed, as a stop does a thread's wait."""
+        began = time.monotonic()
+        await asyncio.sleep(seconds)
+        self.timer(seconds, time.monotonic() - began)
 
     def timer(self, asked: float, slept: float) -> None:
         """A timer asked for `asked` real seconds and woke after `slept`."""

@@ -19,7 +19,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -77,6 +77,13 @@ class Turn(Protocol):
     def release(self) -> None: ...
 
 
+class AsyncTurn(Protocol):
+    """A coroutine's turn: `ctx.pool(name)` of an async task (`async with`)."""
+
+    async def __aenter__(self) -> object: ...  # raises TaskError(pool_timeout)
+    def release(self) -> None: ...
+
+
 class RealPool:
     """Acquire / query / release with the scenario's acquire timeout and outage windows."""
 
@@ -87,7 +94,7 @@ class RealPool:
         self.stats = PoolStats(spec.size)
         self.closed = threading.Event()
         self.section = PoolSection(name, spec.size, spec.acquire_timeout_s)
-        self._turns: dict[int, Turn] = {}  # id(conn) -> the turn it was taken with
+        self._turns: dict[int, Turn | AsyncTurn] = {}  # id(conn) -> the turn it was taken with
         self._turns_lock = threading.Lock()
 
     def attach(self, section: PoolSection) -> None:
@@ -102,22 +109,43 @@ class RealPool:
     def acquire(self, turn: Turn | None = None) -> Any:
         """A connection after a turn (`turn`, else a permit of the section's own), or
         PoolError(db_unavailable | pool_timeout)."""
-        if self.down():
-            with self.stats.lock:
-                self.stats.refused += 1
-            raise PoolError(DB_UNAVAILABLE, f"database of pool {self.name!r} is down")
+        self._refuse_if_down()
         turn = turn if turn is not None else self.section.permit()
         began = time.monotonic()
         try:
             turn.acquire()
         except TaskError as exc:
-            if exc.kind != POOL_TIMEOUT:
-                raise  # the task was told to stop while it waited
-            if not self.closed.is_set():  # a refusal at shutdown is not a timeout
-                with self.stats.lock:
-                    self.stats.timeouts += 1
-            raise PoolError(POOL_TIMEOUT, f"no connection from pool {self.name!r} within "
-                                          f"{self.spec.acquire_timeout_s:g} s") from None
+            raise self._refused(exc) from None
+        return self._granted(turn, began)
+
+    async def aacquire(self, turn: AsyncTurn) -> Any:
+        """`acquire` in a coroutine: the turn (`async with ctx.pool(name)`) awaited."""
+        self._refuse_if_down()
+        began = time.monotonic()
+        try:
+            await turn.__aenter__()
+        except TaskError as exc:
+            raise self._refused(exc) from None
+        return self._granted(turn, began)
+
+    def _refuse_if_down(self) -> None:
+        if self.down():
+            with self.stats.lock:
+                self.stats.refused += 1
+            raise PoolError(DB_UNAVAILABLE, f"database of pool {self.name!r} is down")
+
+    def _refused(self, exc: TaskError) -> BaseException:
+        """What a turn's refusal becomes: a pool_timeout (counted), or the task's stop."""
+        if exc.kind != POOL_TIMEOUT:
+            return exc  # the task was told to stop while it waited
+        if not self.closed.is_set():  # a refusal at shutdown is not a timeout
+            with self.stats.lock:
+                self.stats.timeouts += 1
+        return PoolError(POOL_TIMEOUT, f"no connection from pool {self.name!r} within "
+                                       f"{self.spec.acquire_timeout_s:g} s")
+
+    def _granted(self, turn: Turn | AsyncTurn, began: float) -> Any:
+        """A connection for the turn just had (given back if none can be taken)."""
         try:
             conn = self._take()
         except BaseException:
@@ -138,6 +166,18 @@ class RealPool:
 
     def hold(self, conn: Any, seconds: float, pause: Callable[[float], object]) -> None:
         """Run a real query and keep the connection busy for `seconds` in all."""
+        raise NotImplementedError
+
+    async def ahold(self, conn: Any, seconds: float,
+                    pause: Callable[[float], Awaitable[object]]) -> None:
+        """`hold` in a coroutine: a short real query, then the rest of `seconds` awaited (the
+        pool's occupancy, not the query, is what the scenario is about)."""
+        began = time.monotonic()
+        self._ping(conn)
+        await pause(max(0.0, seconds - (time.monotonic() - began)))
+
+    def _ping(self, conn: Any) -> None:
+        """A short real query on `conn`."""
         raise NotImplementedError
 
     def _take(self) -> Any:
@@ -185,8 +225,11 @@ class SQLitePool(RealPool):
 
     def hold(self, conn: Any, seconds: float, pause: Callable[[float], object]) -> None:
         began = time.monotonic()
-        conn.execute("SELECT count(*), max(v) FROM items WHERE k < ?", (64,)).fetchone()
+        self._ping(conn)
         pause(max(0.0, seconds - (time.monotonic() - began)))
+
+    def _ping(self, conn: Any) -> None:
+        conn.execute("SELECT count(*), max(v) FROM items WHERE k < ?", (64,)).fetchone()
 
     def close(self) -> None:
         super().close()
@@ -241,6 +284,9 @@ class PostgresPool(RealPool):
 
     def hold(self, conn: Any, seconds: float, pause: Callable[[float], object]) -> None:
         conn.execute("SELECT pg_sleep(%s)", [seconds])
+
+    def _ping(self, conn: Any) -> None:
+        conn.execute("SELECT 1")  # a blocking round trip on the loop: a few hundred us
 
     def close(self) -> None:
         super().close()

@@ -8,8 +8,9 @@ The order of a run, and why:
    as `taskfuse worker --limits` builds one; task code calls `ctx.downstream(name).call`
    and `ctx.pool(name)`), the business load and the trace — each registered on one
    ExitStack, so Ctrl-C, an error or the normal end stops all of them, in reverse order;
-3. start: time zero goes to the servers (their outage windows count from it), then the
-   workers, the arrival threads (one per batch), the business load, the sampler;
+3. start: the workers (and the event loop of `async` kinds, whose stream connections
+   are opened on it then), time zero goes to the servers (their outage windows count from
+   it), the arrival threads (one per batch), the business load, the sampler;
 4. wait until every batch has arrived and no task is PENDING or RUNNING (or the horizon);
 5. freeze the numbers, stop everything, and build the report with `lab.report` over a
    Simulation-shaped view (view.py), all in scenario seconds.
@@ -17,6 +18,7 @@ The order of a run, and why:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import random
@@ -35,7 +37,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from lab.loadtest.business import BusinessLoad
 from lab.loadtest.client import CALL_ENDED, DownstreamClient, Programs
 from lab.loadtest.clock import Clock
-from lab.loadtest.connections import Connections
+from lab.loadtest.connections import AsyncConnections, Connections
 from lab.loadtest.harness import HarnessStats, TimedWaits
 from lab.loadtest.harness import warnings as harness_warnings
 from lab.loadtest.pools import RealPool, libpq_url, open_pools
@@ -70,6 +72,10 @@ SETTLE_TIMEOUT_S = 30.0
 MIN_REAL_SAMPLE_S = 0.05
 #: Connections opened to each downstream before the run (at most; one per worker below it).
 WARM_CONNECTIONS = 64
+#: ... and for the coroutines of `async` kinds (at most; one per slot of the loop below it):
+#: thousands of coroutines start their first calls together, and a connection costs the
+#: loop a few hundred microseconds to open.
+WARM_ASYNC_CONNECTIONS = 1000
 #: A thread whose attempt was stopped (timeout, cancel) counts as stuck this long (real
 #: seconds) after the stop if it has not returned. The simulator counts it stuck at once;
 #: the runtime's default is 1 s. A quarter second is long against a thread that honours
@@ -164,7 +170,8 @@ class LoadTest:
         self.progress = progress
         self.announce = announce or (lambda line: None)
         self.stopping = threading.Event()
-        self.workers = _worker_count(self.scaled)
+        self.async_kinds = _async_kinds(self.scaled)
+        self.workers = _worker_count(self.scaled, self.async_kinds)
         self.metrics = MetricsAggregator()
         self.sink = EventSink(self.clock, self.metrics)
         self.unsupported = _unsupported(scenario)
@@ -179,6 +186,13 @@ class LoadTest:
         if seconds <= 0:
             return self.stopping.is_set()
         return self.harness.timed_wait(self.stopping.wait, seconds)
+
+    async def apause(self, seconds: float) -> bool:
+        """`pause` in a coroutine of an `async` kind: a loop timer (the runner's stop
+        cancels the coroutine; this says whether the run is stopping)."""
+        if seconds > 0:
+            await self.harness.timed_sleep(seconds)
+        return self.stopping.is_set()
 
     # -- building --------------------------------------------------------------------------
 
@@ -203,7 +217,8 @@ class LoadTest:
         stack.callback(_close_all, self.pools)
         self.store = stack.enter_context(_task_store(self.store_url))
         self.clients = self._clients(stack)
-        self.programs = Programs(self.pools, self.clients, self.clock, self.seed, self.pause)
+        self.programs = Programs(self.pools, self.clients, self.clock, self.seed, self.pause,
+                                 self.apause)
         # One process runs the whole fleet here, so every limit is built whole (as the
         # simulator builds it); the seed makes trace ids and jitter the simulator's.
         self.app = App.from_limits(whole_fleet(self.scaled.limits()), self.scaled.name,
@@ -215,6 +230,7 @@ class LoadTest:
         self.process_programs: dict[int, tuple[list[Step], int]] = {}
         self._compiled = 0
         self.makers = [self._task_factory(batch) for batch in self.scaled.batches]
+        self.threads_peak = 0  # threads of this process at once, sampled (the report's)
         self.runner = Runner(self.app, self.store, workers=self.workers, worker_id="loadtest",
                              sinks=[self.sink], stuck_after_s=STUCK_AFTER_REAL_S,
                              waits=TimedWaits(self.harness))
@@ -259,11 +275,34 @@ class LoadTest:
     def _clients(self, stack: ExitStack) -> dict[str, DownstreamClient]:
         clients = {}
         for name, spec in self.scaled.downstreams.items():
-            http = stack.enter_context(Connections(self.servers.url(name)))
-            clients[name] = DownstreamClient(name, spec, self.servers.url(name), self.clock,
-                                             http, self.harness)
-            clients[name].warm(min(self.workers, WARM_CONNECTIONS))
+            url = self.servers.url(name)
+            http = stack.enter_context(Connections(url))
+            ahttp = None
+            if self.async_kinds:  # opened on the runtime's event loop (`_warm_async`)
+                ahttp = AsyncConnections(url)
+                stack.callback(ahttp.close)
+            clients[name] = DownstreamClient(name, spec, url, self.clock, http, self.harness,
+                                             ahttp)
+            if self._thread_kinds():
+                clients[name].warm(min(self.workers, WARM_CONNECTIONS))
         return clients
+
+    def _thread_kinds(self) -> bool:
+        """Whether a batch's kind runs on the worker threads (or their task processes)."""
+        return any(k not in self.async_kinds for k in _batch_kinds(self.scaled))
+
+    def _warm_async(self) -> None:
+        """Open the coroutines' connections on the runtime's event loop, where every
+        coroutine of an `async` kind runs (streams belong to the loop that opened them).
+        The Runner's public API has no way to run a coroutine on its loop before any task:
+        `runner.aio.loop` is read for it."""
+        loop = getattr(self.runner.aio, "loop", None)
+        if loop is None:
+            raise RuntimeError("the runner started no event loop for the async kinds")
+        cap = self.app.limits.async_concurrency
+        n = min(cap, WARM_ASYNC_CONNECTIONS)
+        for client in self.clients.values():
+            asyncio.run_coroutine_threadsafe(client.awarm(n), loop).result(SETTLE_TIMEOUT_S)
 
     def _business(self) -> BusinessLoad | None:
         spec, real = self.sc.business, self.scaled.business
@@ -307,6 +346,8 @@ class LoadTest:
         self.runner.start()
         stack.callback(self._stop_runner)
         self.runner.wait_settled(SETTLE_TIMEOUT_S)
+        if self.async_kinds:
+            self._warm_async()
         self.clock.restart()
         self.servers.begin(self.clock.t0_wall)
         for batch in self.scaled.batches:
@@ -403,6 +444,12 @@ class LoadTest:
             "store": self._store_name(),
             "pools": pools if self.pools else None,
             "workers": self.workers,
+            "executors": {kind: ("async" if kind in self.async_kinds else
+                                 self.app.definition(kind).executor)
+                          for kind in sorted(self.app.tasks)},
+            "threads_peak": self.threads_peak,
+            "loop_lag_max_s": (round(self.clock.scenario(self.runner.loop_lag()[1]), 6)
+                               if self.async_kinds else None),
             "servers": server_stats,
             "business_dropped": self.business.dropped if self.business else 0,
             "unsupported": self.unsupported,
@@ -437,7 +484,9 @@ class LoadTest:
         for kind in {batch.kind, *(c.kind for c in batch.children)}:
             if kind not in self.app.tasks:
                 process = kind in self.process_kinds  # the runtime moves it to a process
-                self.app.task(kind)(run_task if process else self.programs.run)
+                fn = (self.programs.arun if kind in self.async_kinds else
+                      run_task if process else self.programs.run)
+                self.app.task(kind)(fn)
         return TaskFactory(batch, self.scaled, self._payload(batch.kind, batch.program),
                            [self._payload(c.kind, c.program) for c in batch.children],
                            self.seed)
@@ -495,6 +544,7 @@ class LoadTest:
     def _sample(self) -> None:
         """Alerts and one timeline row at scenario-time now (runner lock held)."""
         now = self.clock.now()
+        self.threads_peak = max(self.threads_peak, threading.active_count())
         gateway = self.business.gateway.lock if self.business else nullcontext()
         with gateway:
             stuck = len(self.runner.stuck_threads())
@@ -529,10 +579,27 @@ except ImportError:  # pragma: no cover
     pass
 
 
-def _worker_count(scenario: Scenario) -> int:
+def _async_kinds(scenario: Scenario) -> frozenset[str]:
+    """Kinds the scenario runs on the event loop (`kinds.KIND.executor: async`)."""
+    return frozenset(k for k, v in scenario.kinds.items() if v.executor == "async")
+
+
+def _batch_kinds(scenario: Scenario) -> set[str]:
+    return {k for b in scenario.batches for k in (b.kind, *(c.kind for c in b.children))}
+
+
+def _worker_count(scenario: Scenario, async_kinds: frozenset[str] = frozenset()) -> int:
+    """Worker threads: the scenario's; one when every kind is `async` (the threads would
+    have nothing to run: the coroutines run on the event loop, bounded by
+    `async_concurrency`); for `unbounded`, one per task of a thread or process kind, up
+    to UNBOUNDED_WORKERS."""
+    threaded = [b for b in scenario.batches if b.kind not in async_kinds
+                or any(c.kind not in async_kinds for c in b.children)]
+    if not threaded:
+        return 1
     if scenario.workers != "unbounded":
         return int(scenario.workers)
-    total = sum(b.count * (1 + len(b.children)) for b in scenario.batches)
+    total = sum(b.count * (1 + len(b.children)) for b in threaded)
     return max(1, min(total, UNBOUNDED_WORKERS))
 
 
@@ -543,7 +610,7 @@ def _unsupported(scenario: Scenario) -> list[str]:
         notes.append("faults: worker crashes are not injected (threads are never killed)")
     if scenario.claim_batch > 1:
         notes.append("claim_batch: the runtime's threads share one queue of claimed tasks")
-    if scenario.workers == "unbounded":
+    if scenario.workers == "unbounded" and _worker_count(scenario, _async_kinds(scenario)) > 1:
         notes.append(f"workers: unbounded runs as at most {UNBOUNDED_WORKERS} worker threads")
     process = sorted(k for k, v in scenario.kinds.items() if v.executor == "process")
     if process:
