@@ -121,6 +121,7 @@ class RuntimeTrace:
         self._ended: set[str] = set()  # tasks that ended since the last sample (self._lock)
         self._latest_t = 0.0  # the latest event time written (under self._lock)
         self._store_total = 0  # the store's task count when its PENDING tasks were last read
+        self._store_ended = 0  # and its ended tasks then (fewer now: an operator's retry)
         self._stop = threading.Event()
         self.metrics = MetricsAggregator()
         self.alerts = AlertEvaluator(rules if rules is not None else _rules(runner),
@@ -166,14 +167,20 @@ class RuntimeTrace:
         self._latest_t = max(self._latest_t, event.t)
         self._writer.event(compact(event))
 
-    def _discover(self, total: int) -> None:
+    def _discover(self, counts: dict[TaskStatus, int]) -> None:
         """SUBMITs for PENDING tasks of the store not yet in the trace (see module doc).
 
-        Read only when the store's task count moved, so an idle or a draining run asks nothing.
+        Read only when the store's task count moved or its ended tasks became fewer (an
+        operator's retry reopens ended tasks without adding any), so an idle or a draining
+        run asks nothing.
         """
         with self._lock:
             self._ended.clear()  # a task read PENDING below that ends meanwhile lands here
-        if total == self._store_total:
+        total = sum(counts.values())
+        ended = sum(counts.get(s, 0) for s in _DONE)
+        reopened = ended < self._store_ended
+        self._store_ended = ended
+        if total == self._store_total and not reopened:
             return
         self._store_total = total
         pending = self.runner.store.waiting_since_before(float("inf"))  # outside every lock
@@ -198,7 +205,7 @@ class RuntimeTrace:
     def sample(self) -> None:
         runner = self.runner
         counts = runner.store.counts()  # a query on a database: outside every lock
-        self._discover(sum(counts.values()))
+        self._discover(counts)
         busy = len(runner.running_tasks())
         stuck = sum(1 for s in runner.stuck_threads() if not s["coroutine"])  # threads
         lag = self._interval_lag()

@@ -76,3 +76,45 @@ def test_a_worker_traces_its_own_running_and_the_monitor_counts_its_batches(
     assert batch.batch_id == "skus" and batch.final
     assert batch.counts["SUCCESS"] == done_here > 0  # the tasks this worker ran and ended
     assert batch.p99 is not None and batch.p99 > 0
+
+
+def test_a_task_an_operator_retried_is_pending_again_in_the_trace(tmp_path: Path) -> None:
+    """`taskfuse retry` (another process) reopens an ended task without adding one: the
+    store's task count does not move, so the trace did not look for it, and the followed run
+    showed it FAILED while the store held it PENDING (until a worker claimed it again)."""
+    from taskfuse.runtime.tracing import RuntimeTrace
+
+    url = f"sqlite:///{tmp_path / 'tasks.db'}"
+    app = App("sync")
+
+    @app.task("fail", max_retry=0)
+    def fail(ctx: object, payload: object) -> None:
+        raise ValueError("partner said no")
+
+    path = tmp_path / "a.trace"
+    worker = Runner(app, open_store(url), workers=1, worker_id="host-a:1")
+    operator = Runner(app, open_store(url), workers=1)  # `taskfuse retry`: never started
+    tracer = RuntimeTrace(worker, path, interval_s=60.0)  # outlives the worker's threads
+    try:
+        task = worker.submit("fail", batch_id="skus")
+        worker.start()
+        assert worker.join(JOIN_S, batch_id="skus")
+        worker.shutdown(grace_s=5.0)
+        tracer.sample()
+        assert len(operator.retry("skus").retried) == 1
+        tracer.sample()
+    finally:
+        tracer.close()
+        worker.shutdown(grace_s=5.0)
+        worker.store.close()  # type: ignore[attr-defined]
+        operator.store.close()  # type: ignore[attr-defined]
+    submits = list(read_trace(path).events(kind="submit"))
+    assert [e.task_id for e in submits] == [task.task_id] * 2  # submitted, then reopened
+    src = TraceSource.open(path)
+    model = TraceModel(src.header)
+    assert src.first is not None
+    model.add_samples(src.first.times, src.first.rows)
+    while (chunk := src.decode_next()) is not None:
+        model.add_events(chunk, src.pending_frames)
+    (batch,) = model.snapshot(model.span[1]).batches
+    assert batch.counts["PENDING"] == 1 and batch.counts["FAILED"] == 0
