@@ -42,6 +42,11 @@ if TYPE_CHECKING:
 AttemptKey = tuple[str, int]
 #: Largest group a claim or a commit takes at once.
 MAX_GROUP = 256
+#: Largest claim of a worker whose kinds all run on the event loop: its room frees by
+#: thousands at once (a wave of coroutines ending together), and claiming it 256 at a time
+#: put a claim round trip, serialized with the commits, between each 256 and their start.
+#: Below PostgreSQL's 4,095 rows a claim statement.
+MAX_LOOP_GROUP = 1024
 #: About the longest a prefetched task waits in the buffer for a thread (seconds).
 PREFETCH_WAIT_S = 0.05
 #: Weight of the newest run in the moving average of run time.

@@ -19,7 +19,7 @@ from taskfuse.core.capacity import claim_room
 from taskfuse.core.scheduler import Work
 from taskfuse.core.task import Task
 from taskfuse.runtime.aio import AsyncTaskContext
-from taskfuse.runtime.attempts import MAX_GROUP, key_of
+from taskfuse.runtime.attempts import MAX_GROUP, MAX_LOOP_GROUP, key_of
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.health import next_pause
 from taskfuse.runtime.host import Host
@@ -43,6 +43,9 @@ class Claimer:
         self._overlap = overlap
         self._thread_kinds = any(e != "async" for e in executor_of.values()) \
             or not executor_of
+        #: The largest claim: bigger when every kind runs on the loop (MAX_LOOP_GROUP); a
+        #: claim cannot choose kinds, so with thread kinds too it stays a thread claim's.
+        self._group = MAX_GROUP if self._thread_kinds else MAX_LOOP_GROUP
         self._loop = loop
         self._poll_s = poll_s
         self._release = release
@@ -65,12 +68,13 @@ class Claimer:
                     self.idle = True  # claims no more: a join asks the store
                     at.settled.notify_all()
                     return
-                want = min(self.want(), MAX_GROUP)
+                want = min(self.want(), self._group)
                 exclude = at.excluded(self._overlap) if want > 0 else frozenset()
                 full, room = self.bulkhead_room() if want > 0 else (frozenset(), None)
                 if room is not None:  # the claim may bring only tasks that call it
                     want = min(want, room)
             if want <= 0:  # every thread busy and the prefetch taken: wait for room
+                sh.drained = False
                 sh.claim_wake.wait(self._poll_s or 1.0)
                 continue
             now = sh.clock()
@@ -90,8 +94,10 @@ class Claimer:
                 if wrote_all:  # it wrote, and no outcome waits to be written: room again
                     sh.health.not_full()
                 self.idle = False
+                sh.drained = False
                 self._buffer(answer.tasks)
                 continue
+            sh.drained = not exclude and not full
             if not self.idle:
                 with at.mu:
                     self.idle = True  # nothing claimable now: a join may ask

@@ -64,8 +64,10 @@ class LoopSide:
             at.outcomes.notify()
             if not at.aio:
                 at.loop_idle.notify_all()
-            wake = not at.aio or self.room.free() >= self._wake_at
-        if wake:  # room for a group on the loop: one claim for many ends, not one each
+            wake = (not at.aio or self.room.free() >= self._wake_at) and not self.shared.drained
+        # Room for a group on the loop: one claim for many ends, not one each; none when
+        # the last claim found the store empty (`Shared.drained`: new work wakes the claimer).
+        if wake:
             self.shared.claim_wake.set()
 
     def free_slot(self, key: AttemptKey) -> None:

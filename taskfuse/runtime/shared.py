@@ -46,6 +46,10 @@ class Shared:
     claim_wake: threading.Event = field(default_factory=threading.Event)
     #: Set once at the end of a shutdown: the periodic roles end.
     closing: threading.Event = field(default_factory=threading.Event)
+    #: The claimer's last claim found nothing, and held nothing back (no excluded task, no
+    #: full bulkhead): room freed on an executor is then no reason to claim again, new work
+    #: is (a submit, a commit, the store's wake-up, a due time: each wakes the claimer).
+    drained: bool = False
     #: The shutdown began (set under `attempts.mu`): claim no more, start nothing new.
     stopping: bool = False
     #: The shutdown is over (set under `attempts.mu`): the completer and joiners end.
