@@ -27,7 +27,7 @@ in one process: four workers with ``bulkhead=14`` allow 56 calls at once. Two wa
 
 * ``scope="fleet"`` (PostgreSQL stores only): the bulkhead and the rate are shared by every
   runner on the database, as leased permit rows and one token bucket row
-  (`taskfuse.store.limits`). A killed worker's permit expires after ``lease_s``; a release
+  (`taskfuse.store.fleet_limits`). A killed worker's permit expires after ``lease_s``; a release
   wakes waiters in every process. The fleet bulkhead and bucket *replace* the in-process
   bucket and *add to* an in-process bulkhead of the same size, which only queues this
   process's threads (FIFO, and at most ``bulkhead`` of them asking the database); the breaker

@@ -42,7 +42,7 @@ from taskfuse.store import StoreUnavailable, bounded
 if TYPE_CHECKING:
     from taskfuse.runtime.fleet import FleetLimits
     from taskfuse.runtime.host import Host
-    from taskfuse.store.limits import Permit
+    from taskfuse.store.fleet_limits import Permit
 
 #: The longest `ctx.cancelled()` waits for a store that does not answer.
 CANCEL_CHECK_S = 1.0

@@ -18,7 +18,7 @@ from taskfuse.runtime.errors import RuntimeConfigError
 
 if TYPE_CHECKING:
     from taskfuse.limits.schema import ClientLimits
-    from taskfuse.store.limits import FleetBulkhead, FleetRateLimiter, Permit
+    from taskfuse.store.fleet_limits import FleetBulkhead, FleetRateLimiter, Permit
 
 #: Longest single wait for a fleet permit before the waiter looks at its stop signal again.
 #: Releases anywhere wake waiters at once (NOTIFY); this only bounds how late a cancel is seen.
@@ -108,7 +108,7 @@ def build_fleet(name: str, client: ClientLimits, store: Any) -> FleetLimits:
             f"(postgresql://...), not {type(store).__name__}; use scope='process' with "
             f"instances=N for a per-process share instead"
         )
-    from taskfuse.store.limits import FleetBulkhead, FleetRateLimiter
+    from taskfuse.store.fleet_limits import FleetBulkhead, FleetRateLimiter
 
     bulkhead = None
     if client.bulkhead is not None:

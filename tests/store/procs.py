@@ -134,7 +134,7 @@ def sweep_until_done(store_url: str, lease_s: float, stop_after_s: float = 120.0
 
 def hold_permit_forever(store_url: str, name: str, limit: int, lease_s: float, ready: Any) -> None:
     """Take one permit of a fleet bulkhead, say so, and never give it back (until killed)."""
-    from taskfuse.store.limits import FleetBulkhead
+    from taskfuse.store.fleet_limits import FleetBulkhead
 
     store = open_store(store_url)
     bulkhead = FleetBulkhead(store, name, limit, lease_s=lease_s)  # type: ignore[arg-type]
@@ -147,7 +147,7 @@ def hold_permit_forever(store_url: str, name: str, limit: int, lease_s: float, r
 def use_bulkhead(store_url: str, name: str, limit: int, rounds: int, hold_s: float,
                  spans: Any) -> None:
     """Acquire, hold for `hold_s`, release, `rounds` times; report each (start, end) span."""
-    from taskfuse.store.limits import FleetBulkhead
+    from taskfuse.store.fleet_limits import FleetBulkhead
 
     store = open_store(store_url)
     bulkhead = FleetBulkhead(store, name, limit, lease_s=30.0)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from taskfuse.store.limits import (
+from taskfuse.store.fleet_limits import (
     FleetBulkhead,
     FleetRateLimiter,
     LimitTimeout,
