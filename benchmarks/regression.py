@@ -137,7 +137,7 @@ def _incident(n: int) -> Any:
 def simpy_events(n: int = 3000) -> dict[str, int]:
     """simpy events of the lab and of the minimal model on the same n-SKU incident."""
     from benchmarks.minimal_incident import MinimalIncident
-    from lab.sim import Simulation
+    from lab.simulate.sim import Simulation
 
     sc = _incident(n)
     return {"tasks": n, "lab": Simulation(sc).run().simpy_events,
@@ -271,7 +271,7 @@ def scenarios() -> dict[str, dict[str, Any]]:
 def lab_wall_ratio(n: int = 3000, rounds: int = 9) -> float:
     """Median of lab / minimal CPU times, the two run alternately in this process."""
     from benchmarks.minimal_incident import MinimalIncident
-    from lab.sim import Simulation
+    from lab.simulate.sim import Simulation
 
     sc = _incident(n)
     ratios = []
@@ -295,7 +295,7 @@ def lab_calls_ratio(n: int = 3000) -> float:
 
 def _lab_calls(n: int) -> float:
     from benchmarks.minimal_incident import MinimalIncident
-    from lab.sim import Simulation
+    from lab.simulate.sim import Simulation
 
     sc = _incident(n)
     runs = {"minimal": lambda: MinimalIncident(sc).run(), "lab": lambda: Simulation(sc).run()}
@@ -314,10 +314,10 @@ RUNS = ROOT / "benchmarks" / "runs"
 def fit_round_trips() -> dict[str, dict[str, Any]]:
     """`lab fit` on each recorded load test, the fitted scenario simulated and compared
     with the recorded report: the relative differences a person sizing limits reads."""
-    from lab.fit import fit_trace, fitted_scenario
+    from lab.fit.fitting import fit_trace, fitted_scenario
     from lab.loadtest.compare import compare_reports
-    from lab.run import run_scenario
     from lab.scenario import parse_scenario
+    from lab.simulate.run import run_scenario
 
     out: dict[str, dict[str, Any]] = {}
     for trace in sorted(RUNS.glob("*.trace")):

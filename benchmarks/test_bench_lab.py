@@ -22,9 +22,9 @@ import time
 import pytest
 
 from benchmarks.minimal_incident import MinimalIncident
-from lab.run import run_scenario
 from lab.scenario import load_scenario
-from lab.sim import OK, Simulation
+from lab.simulate.run import run_scenario
+from lab.simulate.sim import OK, Simulation
 from taskfuse.tuning import collect_rarely
 
 SIZES = [3_000, 30_000, 300_000]

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from lab.executors import make_executor
-from lab.sweep import Evaluator, Plan, RunStore, run_job, run_sweep
+from lab.sizing.executors import make_executor
+from lab.sizing.sweep import Evaluator, Plan, RunStore, run_job, run_sweep
 
 SCENARIO = "scenarios/incident.yaml"
 GRID = ["workers=2..16:2"]

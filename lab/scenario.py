@@ -27,8 +27,8 @@ from pydantic import (
     model_validator,
 )
 
-from lab.dist import Constant, DistSpec, as_dist
 from lab.model.cron import check_cron_arrival
+from lab.model.dist import Constant, DistSpec, as_dist
 from taskfuse.configfile import (
     ConfigError,
     Lines,

@@ -10,8 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 from lab.loadtest.runner import run_loadtest
-from lab.run import run_scenario
 from lab.scenario import parse_scenario
+from lab.simulate.run import run_scenario
 from taskfuse.core.breaker import BreakerConfig
 from taskfuse.core.events import REQUIRED, schema_problems
 from taskfuse.runtime import App, Runner, TaskError

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.scenario import load_scenario
-from lab.sim import Simulation
+from lab.simulate.sim import Simulation
 from taskfuse.cli import main
 from taskfuse.core.scheduler import Scheduler, SchedulerError
 from taskfuse.core.states import TaskStatus

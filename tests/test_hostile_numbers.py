@@ -264,8 +264,8 @@ def _lab_answer(argv: list[str], monkeypatch: pytest.MonkeyPatch):  # type: igno
     def would_run(*args: object, **kwargs: object) -> None:
         raise WouldGoOn
 
-    for target in ("lab.run.run_scenario", "lab.sweep.run_sweep", "lab.size.search",
-                   "lab.loadtest.runner.run_loadtest"):
+    for target in ("lab.simulate.run.run_scenario", "lab.sizing.sweep.run_sweep",
+                   "lab.sizing.size.search", "lab.loadtest.runner.run_loadtest"):
         monkeypatch.setattr(target, would_run, raising=False)
     return answer_of(lab_main, argv)
 

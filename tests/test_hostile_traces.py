@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lab.cli import main as lab_main
-from lab.run import run_scenario
 from lab.scenario import load_scenario
+from lab.simulate.run import run_scenario
 from taskfuse.observe.alerts import main as alerts_main
 from taskfuse.trace import MAGIC, MAX_FRAME_BYTES, TraceError, check_trace, read_trace
 from tests.hostile import Answer, WouldGoOn, answer_of, run_measured

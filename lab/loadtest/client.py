@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.calls import CallCounters
 from lab.loadtest.connections import (
     Answer,
     AsyncConnections,
@@ -43,6 +42,7 @@ from lab.loadtest.servers import WARM_QUERY
 from lab.model.provider import TIMEOUT
 from lab.scenario import CallStep, CpuStep, DbStep, HangStep, Step, WorkStep
 from lab.scenario import Downstream as DownstreamSpec
+from lab.simulate.client import CallCounters
 from taskfuse.core.retry import ErrorKind
 from taskfuse.runtime import DownstreamRejected, TaskContext, TaskError
 

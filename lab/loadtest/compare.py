@@ -138,8 +138,8 @@ def compare_with_trace(scenario: Any, trace: Path, tolerance: float, seed: int |
                        ) -> tuple[list[Row], Any, dict[str, Any], float]:
     """`lab compare --real`: simulate `scenario` and compare it with the report a recorded run
     left in its trace (its footer), at that run's time scale. No real run is started."""
-    from lab.run import run_scenario
     from lab.scenario import ScenarioError
+    from lab.simulate.run import run_scenario
     from taskfuse.trace import TraceError, read_trace
 
     try:

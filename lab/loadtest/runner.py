@@ -12,7 +12,7 @@ The order of a run, and why:
    are opened on it then), time zero goes to the servers (their outage windows count from
    it), the arrival threads (one per batch), the business load, the sampler;
 4. wait until every batch has arrived and no task is PENDING or RUNNING (or the horizon);
-5. freeze the numbers, stop everything, and build the report with `lab.report` over a
+5. freeze the numbers, stop everything, and build the report with `lab.simulate.report` over a
    Simulation-shaped view (view.py), all in scenario seconds.
 """
 
@@ -47,9 +47,9 @@ from lab.loadtest.scale import scale_scenario
 from lab.loadtest.servers import ProviderServers
 from lab.loadtest.view import make_view
 from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
-from lab.report import build_report
 from lab.scenario import BatchSpec, Scenario, ScenarioError, Step
-from lab.timeline import TimelineRecorder, header, series_names
+from lab.simulate.report import build_report
+from lab.simulate.timeline import TimelineRecorder, header, series_names
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator
 from taskfuse.core.states import TERMINAL, TaskStatus

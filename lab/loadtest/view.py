@@ -1,6 +1,6 @@
 """A real run seen through the shape of a finished Simulation, in scenario seconds.
 
-`lab.report.build_report` and `lab.timeline.TimelineRecorder` read a Simulation's
+`lab.simulate.report.build_report` and `lab.simulate.timeline.TimelineRecorder` read a Simulation's
 attributes (metrics, stats, downstreams with their guards and counters, pools, business,
 alerts). Presenting the load test in that same shape lets both be reused unchanged, so a
 load-test report has exactly the keys of a simulation report and its trace the same
@@ -17,8 +17,8 @@ from lab.loadtest.client import CallStats
 from lab.loadtest.clock import Clock
 from lab.loadtest.pools import RealPool
 from lab.scenario import Scenario
-from lab.sim import RunStats
-from lab.store import TaskRecord, record_of
+from lab.simulate.sim import RunStats
+from lab.simulate.simstore import TaskRecord, record_of
 from taskfuse.core.breaker import BreakerState, CircuitBreaker
 from taskfuse.core.guard import Guard
 from taskfuse.core.metrics import AlertEvaluator, MetricsAggregator

@@ -1,7 +1,7 @@
 """`ctx.downstream(name).call(fn, ...)`: one logical call with the client's whole policy.
 
 Task code keeps only the call; the limits say the rest, and this loop applies it exactly as
-the simulator's client does (lab/calls.py), in the same order:
+the simulator's client does (lab/simulate/client.py), in the same order:
 
 1. on a first attempt, the per-call retry budget counts it (`record_first`);
 2. the downstream's fuses admit the attempt (breaker -> bulkhead -> token bucket, the

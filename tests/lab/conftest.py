@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.run import RunResult, run_scenario
 from lab.scenario import parse_scenario
+from lab.simulate.run import RunResult, run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"

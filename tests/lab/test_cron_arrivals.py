@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lab.model.arrivals import arrivals
-from lab.run import run_scenario
 from lab.scenario import ScenarioError, parse_scenario
+from lab.simulate.run import run_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

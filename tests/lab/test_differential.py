@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.minimal_incident import MinimalIncident
-from lab.run import run_scenario
 from lab.scenario import load_scenario
+from lab.simulate.run import run_scenario
 
 from .conftest import SCENARIOS
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.fit import fit_trace, fitted_scenario
+from lab.fit.fitting import fit_trace, fitted_scenario
 from lab.fit.world import RunFit
-from lab.run import run_scenario
 from lab.scenario import parse_scenario
+from lab.simulate.run import run_scenario
 
 PROBABILITY = 0.05
 LOW, HIGH = 10.0, 30.0  # the hang's duration: uniform, mean 20 s

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab.fit import fit_trace
+from lab.fit.fitting import fit_trace
 from lab.fit.overhead import Overhead, without
 from lab.fit.service import fit_durations
 from taskfuse.trace import TraceWriter

@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from lab.cli import main
-from lab.fit import fit_trace, fitted_scenario
+from lab.fit.fitting import fit_trace, fitted_scenario
 from lab.fit.world import RunFit
 from lab.loadtest.runner import run_loadtest
-from lab.run import run_scenario
 from lab.scenario import parse_scenario
+from lab.simulate.run import run_scenario
 from taskfuse.limits.files import load_limits
 from taskfuse.trace import TraceWriter
 

@@ -106,7 +106,7 @@ def _would_simulate(*args: object, **kwargs: object) -> None:
 
 def simulate_answer(data: bytes, overrides: list[str] | None = None):  # type: ignore[no-untyped-def]
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        mp.setattr("lab.run.run_scenario", _would_simulate)  # valid: stop before the run
+        mp.setattr("lab.simulate.run.run_scenario", _would_simulate)  # valid: stop before the run
         path = Path(tmp) / "s.yaml"
         path.write_bytes(data)
         sets = [a for o in overrides or [] for a in ("--set", o)]
@@ -161,7 +161,7 @@ def test_a_bomb_in_a_set_value_is_refused_too() -> None:
 def test_a_sweep_may_add_a_pool_that_only_some_points_use(tmp_path: Path) -> None:
     """The docs' sizing example adds the batch pool with --set and varies which pool the
     batch uses: at the points that keep `shared`, `batch` is unused, and that is fine."""
-    from lab.sweep import Plan
+    from lab.sizing.sweep import Plan
 
     path = SCENARIOS / "incident.yaml"
     Plan.from_file(path, ["pools.batch.size=20"],

@@ -27,8 +27,8 @@ from lab.loadtest.compare import compare_reports, render_comparison
 from lab.loadtest.runner import run_loadtest
 from lab.loadtest.scale import scale_scenario
 from lab.loadtest.servers import ProviderServers
-from lab.run import run_scenario
 from lab.scenario import Provider, ScenarioError, parse_scenario
+from lab.simulate.run import run_scenario
 from taskfuse.trace import TraceError, read_trace
 from tests.store.backends import PG_URL, need_pg
 

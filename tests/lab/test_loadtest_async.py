@@ -14,8 +14,8 @@ import pytest
 from lab.loadtest.connections import AsyncConnections, CallTimeout
 from lab.loadtest.runner import run_loadtest
 from lab.loadtest.servers import ProviderServers
-from lab.run import run_scenario
 from lab.scenario import Provider, parse_scenario
+from lab.simulate.run import run_scenario
 
 # 400 coroutines at once on a runner of two worker threads: every task makes two calls of
 # 0.5 s, then a little local work. The calls are in flight together, far more of them than

@@ -11,8 +11,8 @@ import statistics
 import pytest
 import simpy
 
-from lab.dist import Empirical, Exponential, Integers, Lognormal, Uniform
 from lab.model.arrivals import poisson_times
+from lab.model.dist import Empirical, Exponential, Integers, Lognormal, Uniform
 from lab.model.pool import Pool
 from lab.scenario import Pool as PoolSpec
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from lab.cli import main
-from lab.run import run_scenario
 from lab.scenario import load_scenario
+from lab.simulate.run import run_scenario
 
 from .conftest import ROOT, SCENARIOS
 
@@ -139,7 +139,7 @@ def _drawn(fig):
 
 
 def test_two_runs_keep_their_own_scale_where_one_would_flatten_the_other(traces) -> None:
-    from lab.plot import SHARE_RATIO, _load, draw_traces
+    from lab.plot.charts import SHARE_RATIO, _load, draw_traces
 
     runs = [_load(traces["incident"]), _load(traces["incident-fixed"])]
     fig = _drawn(draw_traces(runs))
@@ -162,7 +162,7 @@ def test_two_runs_keep_their_own_scale_where_one_would_flatten_the_other(traces)
 
 
 def test_legends_stand_beside_their_panel_and_a_full_pool_shows_both_lines(traces) -> None:
-    from lab.plot import _load, draw_traces
+    from lab.plot.charts import _load, draw_traces
 
     fig = _drawn(draw_traces([_load(traces["incident"])]))
     for ax in fig.axes:
@@ -181,8 +181,8 @@ def test_legends_stand_beside_their_panel_and_a_full_pool_shows_both_lines(trace
 def test_sweep_bands_of_counts_stay_at_or_above_zero() -> None:
     from types import SimpleNamespace
 
-    from lab.plot import draw_sweep
-    from lab.sweep import Stat
+    from lab.plot.charts import draw_sweep
+    from lab.sizing.sweep import Stat
 
     rows = [SimpleNamespace(point=(w,), stats={"timeouts": Stat(1.0, 3.0, 0.0, 4.0, 3),
                                                "delta": Stat(-1.0, 2.0, -3.0, 1.0, 3)})

@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from lab import size
 from lab.cli import main
-from lab.executors import SerialExecutor
-from lab.metrics_expr import check_metric, metric_value, parse_constraint
 from lab.scenario import ScenarioError
-from lab.sweep import Evaluator, Job, Plan, RunStore
+from lab.sizing import size
+from lab.sizing.executors import SerialExecutor
+from lab.sizing.metrics_expr import check_metric, metric_value, parse_constraint
+from lab.sizing.sweep import Evaluator, Job, Plan, RunStore
 
 from .conftest import ROOT, SCENARIOS
 

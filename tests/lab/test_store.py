@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from lab.run import run_scenario
 from lab.scenario import load_scenario
-from lab.sim import Simulation
-from lab.store import LabStore, StoreMetrics
+from lab.simulate.run import run_scenario
+from lab.simulate.sim import Simulation
+from lab.simulate.simstore import LabStore, StoreMetrics
 from taskfuse.core.metrics import MetricsAggregator
 from taskfuse.core.scheduler import Idle, LostRace, Scheduler
 from taskfuse.core.states import TaskStatus

@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-import lab.sweep as sweep_mod
+import lab.sizing.sweep as sweep_mod
 from lab.cli import main
-from lab.executors import DaskExecutor, ProcessExecutor, SerialExecutor, make_executor
 from lab.scenario import ScenarioError
-from lab.sweep import (
+from lab.sizing.executors import DaskExecutor, ProcessExecutor, SerialExecutor, make_executor
+from lab.sizing.sweep import (
     Evaluator,
     Job,
     Plan,

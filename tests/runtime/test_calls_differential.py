@@ -1,7 +1,7 @@
 """The simulator's client and the runtime's `ctx.downstream().call` decide alike, call by call.
 
-One scenario's limits drive both drivers: the simulator (lab.sim.Simulation, its client
-lab.calls.Downstream in simpy) and the threaded runtime (a Runner with one worker thread,
+One scenario's limits drive both drivers: the simulator (lab.simulate.sim.Simulation, its client
+lab.simulate.client.Downstream in simpy) and the threaded runtime (a Runner with one worker thread,
 task code calling `ctx.downstream("partner").call(fn)`), on a fake clock: the runtime's
 pacing and backoff waits advance it instead of sleeping (the Runner's `waits` seam), and
 the harness moves it to the core's next due time whenever the worker is idle. Both go
@@ -26,7 +26,7 @@ from typing import Any
 
 from lab.model.provider import TIMEOUT
 from lab.scenario import parse_scenario
-from lab.sim import Simulation
+from lab.simulate.sim import Simulation
 from taskfuse.core.events import Event, EventKind
 from taskfuse.core.guard import Guard
 from taskfuse.core.retry import RetryDecision, RetryPolicy

@@ -39,8 +39,6 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from lab.executors import Executor
-from lab.metrics_expr import metric_value
 from lab.scenario import (
     Scenario,
     ScenarioError,
@@ -48,6 +46,8 @@ from lab.scenario import (
     read_scenario_text,
     self_contained,
 )
+from lab.sizing.executors import Executor
+from lab.sizing.metrics_expr import metric_value
 from taskfuse.configfile import located, parse_document
 from taskfuse.limits.schema import MAX_NUMBER
 from taskfuse.textable import columns
@@ -232,7 +232,9 @@ def _parsed(text: str, source: str, overrides: tuple[str, ...]) -> Scenario:
 
 def run_job(job: Job) -> Report:
     """The default runner: simulate, no trace, return the report (what `--json` prints)."""
-    from lab.run import run_scenario  # late: the parent of a process pool never needs simpy
+    from lab.simulate.run import (
+        run_scenario,  # late: the parent of a process pool never needs simpy
+    )
 
     return run_scenario(_parsed(job.text, job.source, job.overrides), job.seed).report
 
@@ -662,7 +664,7 @@ def show_value(value: Any) -> str:
 def report_skeleton(scenario: Scenario) -> Report:
     """A report of the scenario's shape at no cost (no task, a 1 ms horizon): what metric
     paths exist, checked before a sweep spends minutes."""
-    from lab.run import run_scenario
+    from lab.simulate.run import run_scenario
 
     batches = [b.model_copy(update={"count": 0}) for b in scenario.batches]
     tiny = scenario.model_copy(update={"horizon_s": 1e-3, "batches": batches})

@@ -1,6 +1,6 @@
 """`lab size --threads-or-async KIND`: which executor meets the SLOs, and with how many.
 
-The same search (`lab.size.Search`) twice over one scenario: once with the kind on worker
+The same search (`lab.sizing.size.Search`) twice over one scenario: once with the kind on worker
 threads, varying `workers`, once as coroutines on the event loop, varying
 `async_concurrency` (and any `kinds.KIND.async_concurrency`); every other `--vary` axis, the
 constraints and the objective are shared. Each side gets its own recommendation; the answer
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab import size
 from lab.scenario import ScenarioError
-from lab.sweep import Plan, fmt_stat, show_value, summarize
+from lab.sizing import size
+from lab.sizing.sweep import Plan, fmt_stat, show_value, summarize
 
 EXECUTORS = ("thread", "async")
 

@@ -40,9 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.metrics_expr import Constraint, canonical
 from lab.scenario import Scenario, parse_scenario
-from lab.sweep import (
+from lab.sizing.metrics_expr import Constraint, canonical
+from lab.sizing.sweep import (
     Evaluator,
     Plan,
     Point,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.sim import Simulation
+from lab.simulate.sim import Simulation
 from taskfuse.core.metrics import percentile
 from taskfuse.core.states import TaskStatus
 from taskfuse.trace import BREAKER_CODES, TraceWriter

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.report import build_report
 from lab.scenario import Scenario
-from lab.sim import Simulation
-from lab.timeline import TimelineRecorder, header, series_names
+from lab.simulate.report import build_report
+from lab.simulate.sim import Simulation
+from lab.simulate.timeline import TimelineRecorder, header, series_names
 from taskfuse.core.events import Event, EventKind
 from taskfuse.trace import TraceWriter, compact
 

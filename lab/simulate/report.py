@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.sim import Simulation
+from lab.simulate.sim import Simulation
 from taskfuse.core.metrics import percentile
 from taskfuse.core.states import TaskStatus
 

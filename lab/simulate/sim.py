@@ -9,9 +9,9 @@ Keeping it fast (DESIGN.md): one process per worker; steps and calls are `yield 
 sub-generators; a simpy event is created only when something really waits (a free connection
 or permit costs none); idle workers are woken one at a time, each passing the baton on when
 it found work, so there is no thundering herd and no polling. What a scenario does not use
-costs nothing: the store forgets ended tasks (lab/store.py) and keeps the metrics, so
-without a trace no event is built; renewals run only under a lease, and the bookkeeping that
-lets a crashed worker give back what it held only when a crash fault exists.
+costs nothing: the store forgets ended tasks (lab/simulate/simstore.py) and keeps the
+metrics, so without a trace no event is built; renewals run only under a lease, and the
+bookkeeping that lets a crashed worker give back what it held only when a crash fault exists.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from typing import Any
 
 import simpy
 
-from lab.calls import Downstream
-from lab.coroutines import EventLoop
 from lab.model.arrivals import TaskFactory, arrivals, duplicates_of
 from lab.model.business import BusinessTraffic
 from lab.model.pool import DB_UNAVAILABLE, POOL_TIMEOUT, Pool
@@ -42,7 +40,9 @@ from lab.scenario import (
     Step,
     WorkStep,
 )
-from lab.store import LabStore, StoreMetrics, TaskRecord
+from lab.simulate.client import Downstream
+from lab.simulate.coroutines import EventLoop
+from lab.simulate.simstore import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.capacity import replaces_stuck, retires_on_return
 from taskfuse.core.events import Event, EventKind, slot_wait, thread_wait
@@ -137,7 +137,7 @@ class Simulation:
         self.process_kinds = {k for k, spec in kinds.items() if spec.executor == "process"}
         self.overlap_kinds = {k for k, spec in kinds.items() if spec.overlap}
         self.async_kinds = {k for k, spec in kinds.items() if spec.executor == "async"}
-        #: The worker process's event loop, when a kind runs on it (lab/coroutines.py).
+        #: The worker process's event loop, when a kind runs on it (lab/simulate/coroutines.py).
         self.loop = EventLoop(self.env, self.limits, self.async_kinds) if self.async_kinds \
             else None
         #: What a scenario does not use costs nothing: renewals only under a lease, and the
@@ -388,7 +388,7 @@ class Simulation:
         with contextlib.suppress(simpy.Interrupt):
             yield from self.run_task(task, slot)
 
-    # -- the event loop (executor: async; lab/coroutines.py) ------------------------------------
+    # -- the event loop (executor: async; lab/simulate/coroutines.py) ---------------------
 
     def loop_claimer(self) -> Generator[simpy.Event, Any, None]:
         """The worker process's claimer for its event loop: claims as many tasks as the loop
