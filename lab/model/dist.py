@@ -70,16 +70,23 @@ class Constant(_Dist):
         return self.value
 
 
-class Uniform(_Dist):
-    dist: Literal["uniform"]
-    low: Offset
-    high: Offset
+class _Ordered(_Dist):
+    """A distribution between `low` and `high`: one check that they are in order."""
+
+    low: float
+    high: float
 
     @model_validator(mode="after")
-    def _order(self) -> Uniform:
+    def _order(self) -> _Ordered:
         if self.high < self.low:
             raise ValueError(f"high must be >= low (got low={self.low!r}, high={self.high!r})")
         return self
+
+
+class Uniform(_Ordered):
+    dist: Literal["uniform"]
+    low: Offset
+    high: Offset
 
     def sampler(self, rng: random.Random) -> Sampler:
         low, high, uniform = self.low, self.high, rng.uniform
@@ -193,16 +200,10 @@ class Empirical(_Dist):
         return max(self.values if self.values is not None else self._points()[1])
 
 
-class Integers(_Dist):
+class Integers(_Ordered):
     dist: Literal["integers"]
     low: Count
     high: Count
-
-    @model_validator(mode="after")
-    def _order(self) -> Integers:
-        if self.high < self.low:
-            raise ValueError(f"high must be >= low (got low={self.low!r}, high={self.high!r})")
-        return self
 
     def sampler(self, rng: random.Random) -> Sampler:
         low, high, randint = self.low, self.high, rng.randint

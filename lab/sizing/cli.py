@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,17 +172,24 @@ def size_cmd(args: argparse.Namespace) -> int:
     finally:
         evaluator.executor.close()
     written = _write_limits(result, target, args.argv) if result.best.feasible else None
-    if args.json:
-        answer = size.as_json(result, extra)
-        answer["limits_file"] = str(written) if written is not None else None
-        print(json.dumps(answer, indent=2))
-    else:
-        sys.stdout.write(size.render(result, extra))
+    _print_answer(args, lambda: size.as_json(result, extra), lambda: size.render(result, extra),
+                  written)
     if target is not None:
         print(f"limits written to {written} (deploy: taskfuse worker --limits {written} ...)"
               if written is not None else f"no limits written to {target}: no point keeps "
               "every constraint", file=sys.stderr)
     return 0 if result.best.feasible else 1
+
+
+def _print_answer(args: argparse.Namespace, as_json: Callable[[], dict[str, Any]],
+                  as_text: Callable[[], str], written: Path | None) -> None:
+    """An answer of `lab size` on stdout, as JSON (with the limits file it wrote) or text."""
+    if args.json:
+        data = as_json()
+        data["limits_file"] = str(written) if written is not None else None
+        print(json.dumps(data, indent=2))
+    else:
+        sys.stdout.write(as_text())
 
 
 def _threads_or_async(args: argparse.Namespace, constraints: list[Any],
@@ -221,12 +229,8 @@ def _threads_or_async(args: argparse.Namespace, constraints: list[Any],
     written = None
     if answer.answer is not None:
         written = _write_limits(results[answer.answer], target, args.argv)
-    if args.json:
-        data = choice.as_json(answer, extra)
-        data["limits_file"] = str(written) if written is not None else None
-        print(json.dumps(data, indent=2))
-    else:
-        sys.stdout.write(choice.render(answer, extra))
+    _print_answer(args, lambda: choice.as_json(answer, extra),
+                  lambda: choice.render(answer, extra), written)
     if target is not None and written is None:
         print(f"no limits written to {target}: neither executor keeps every constraint",
               file=sys.stderr)
