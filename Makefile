@@ -21,7 +21,7 @@ run: $(STAMP)
 
 # Property tests run derandomized (hypothesis profile "ci", tests/conftest.py): the same
 # commit gives the same result on every run, here and in CI. The suite runs on two processes
-# (most of it waits on real processes, sockets and databases); the `serial` tests (the room test and the
+# (most of it waits on real processes, sockets and databases); the `serial` tests (the
 # regression gate's CPU ratios) run alone after it.
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -33,12 +33,6 @@ from tui.widgets.tasktable import TaskTable
 BIG, MID = (200, 60), (120, 40)
 
 
-# Alone, after the rest (`make test`): beside a second test process on a busy machine one
-# panel was once left laid out a line high for ten seconds after it grew (1 run in 4 beside
-# two busy loops); not understood yet, and a cut seen alone still fails.
-pytestmark = pytest.mark.serial
-
-
 def used(screen: Screen[object]) -> dict[str, int]:
     """Lines of content each shown panel or table uses, by class name (summed)."""
     out: dict[str, int] = {}

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import Self
 
 import numpy as np
 from rich.console import Console
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.widget import Widget
 
 from tui.fmt import fmt_num, fmt_wait
@@ -127,6 +128,13 @@ class Panel(Widget):
     height, and the panel's own width when it draws. Reading the panel's current width while
     measuring gave the height of the last width (and the layout caches it per width): a panel
     that grew by a chart or a narrower screen kept one line for three until its next resize.
+
+    Textual keys a widget's measured box by a layout generation that it advances only when
+    no layout of the widget is pending. When a sibling's layout runs between two changes of
+    this panel (the first pending, the second arriving before this panel's idle turn), the
+    box measured for the first change is cached under the generation the second one reuses,
+    and the panel keeps the old height until something else moves: one line for three,
+    seen on a loaded machine. `refresh` advances the generation for every layout change.
     """
 
     COMPONENT_CLASSES = COMPONENTS
@@ -139,6 +147,13 @@ class Panel(Widget):
     def text_width(self) -> int:
         """The width to lay the text out at (see the class's docstring)."""
         return self._measuring if self._measuring is not None else self.content_size.width
+
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        if layout and self._layout_required:
+            self._layout_updates += 1  # see the class docstring: Textual skips this bump
+        super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+        return self
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         self._measuring = width
