@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,19 @@ MAX_GROUP = 256
 #: put a claim round trip, serialized with the commits, between each 256 and their start.
 #: Below PostgreSQL's 4,095 rows a claim statement.
 MAX_LOOP_GROUP = 1024
+
+
+def group_of(executor_of: Mapping[str, str]) -> int:
+    """The largest claim, and the largest commit, of a worker running these kinds: a loop's
+    group when every kind runs on the event loop (its ends come in waves of thousands, and
+    committing them 256 at a time put three more transactions, serialized with the claims on
+    SQLite, between a wave's end and the claim that refills it); a claim cannot choose
+    kinds, so with thread kinds too it stays a thread claim's."""
+    if executor_of and all(e == "async" for e in executor_of.values()):
+        return MAX_LOOP_GROUP
+    return MAX_GROUP
+
+
 #: About the longest a prefetched task waits in the buffer for a thread (seconds).
 PREFETCH_WAIT_S = 0.05
 #: Weight of the newest run in the moving average of run time.

@@ -19,7 +19,7 @@ from taskfuse.core.capacity import claim_room
 from taskfuse.core.scheduler import Work
 from taskfuse.core.task import Task
 from taskfuse.runtime.aio import AsyncTaskContext
-from taskfuse.runtime.attempts import MAX_GROUP, MAX_LOOP_GROUP, key_of
+from taskfuse.runtime.attempts import group_of, key_of
 from taskfuse.runtime.context import TaskContext
 from taskfuse.runtime.health import next_pause
 from taskfuse.runtime.host import Host
@@ -43,9 +43,7 @@ class Claimer:
         self._overlap = overlap
         self._thread_kinds = any(e != "async" for e in executor_of.values()) \
             or not executor_of
-        #: The largest claim: bigger when every kind runs on the loop (MAX_LOOP_GROUP); a
-        #: claim cannot choose kinds, so with thread kinds too it stays a thread claim's.
-        self._group = MAX_GROUP if self._thread_kinds else MAX_LOOP_GROUP
+        self._group = group_of(executor_of)
         self._loop = loop
         self._poll_s = poll_s
         self._release = release

@@ -34,9 +34,11 @@ Group = list[tuple[TaskContext, Outcome]]
 class Completer:
     """Group commit of outcomes, and releases (module doc)."""
 
-    def __init__(self, shared: Shared, group_wait_s: float) -> None:
+    def __init__(self, shared: Shared, group_wait_s: float, group: int = MAX_GROUP) -> None:
         self.shared = shared
         self.group_wait_s = group_wait_s
+        #: The largest group written at once: a claim's (`attempts.group_of`).
+        self.group = group
         self.thread: threading.Thread | None = None
 
     def run(self) -> None:
@@ -101,13 +103,13 @@ class Completer:
                     return None
                 at.outcomes.wait()
             end = time.monotonic() + self.group_wait_s
-            while (len(at.committing) < MAX_GROUP and (at.busy() > 0 or at.aio)
+            while (len(at.committing) < self.group and (at.busy() > 0 or at.aio)
                    and not sh.closed):
                 left = end - time.monotonic()
                 if left <= 0:
                     break
                 at.outcomes.wait(left)
-            return [at.committing[k] for k in list(at.committing)[:MAX_GROUP]]
+            return [at.committing[k] for k in list(at.committing)[:self.group]]
 
     def committed(self, group: Group, answers: list[Completed | LostRace]) -> None:
         """Count what the store answered, and wake the claimer and the joiners."""

@@ -66,7 +66,7 @@ from taskfuse.core.task import Task, TaskSpec
 from taskfuse.runtime import waiting
 from taskfuse.runtime.aio import AsyncExecutor, LoopRoom
 from taskfuse.runtime.app import App
-from taskfuse.runtime.attempts import MAX_GROUP, Attempts, RunnerStats
+from taskfuse.runtime.attempts import MAX_GROUP, Attempts, RunnerStats, group_of
 from taskfuse.runtime.calls import REAL_WAITS, CallClient, Waits
 from taskfuse.runtime.claimer import Claimer
 from taskfuse.runtime.completer import Completer
@@ -193,7 +193,7 @@ class Runner:
                                  self.loop.free_slot if self.loop is not None else None)
         self.heartbeat = Heartbeat(sh, heartbeat_s or app.heartbeat_s, self.fleet, app.name,
                                    self.workers)
-        self.completer = Completer(sh, group_wait_s)
+        self.completer = Completer(sh, group_wait_s, group_of(executor_of))
         wait_for_work = getattr(store, "wait_for_work", None)
         self.listener = (Listener(sh, wait_for_work)
                          if not self._local and callable(wait_for_work) else None)

@@ -87,3 +87,29 @@ def test_an_end_after_the_store_drained_costs_no_claim_and_new_work_still_runs(
     assert runner.join(JOIN_S)
     assert runner.get(first.task_id).status is TaskStatus.SUCCESS
     assert runner.get(second.task_id).status is TaskStatus.SUCCESS
+
+
+def test_a_wave_that_ends_in_one_turn_is_committed_in_one_group(make_runner) -> None:
+    """Thousands of coroutines that waited alike end in one turn of the loop; a loop-only
+    worker commits them in one group up to its claim's size (three groups of MAX_GROUP
+    before: three write transactions between a wave's end and the claim that refills it)."""
+    n = MAX_GROUP * 2 + 10
+    app = App.from_limits(Limits.model_validate({"async_concurrency": n}), "wave")
+    wave = asyncio.Event()  # bound to the runner's loop at its first wait
+    began: list[int] = []
+
+    @app.task("hold")
+    async def hold(ctx: Any, payload: Any) -> None:
+        began.append(1)
+        await wave.wait()
+
+    runner = make_runner(app)
+    runner.submit_many([app.spec("hold")] * n)
+    _until(lambda: len(began) == n, "every coroutine waiting")
+    groups = runner.stats.groups
+    loop = runner.loop
+    assert loop is not None
+    loop.aio.loop.call_soon_threadsafe(wave.set)  # every waiter resumes in the same turn
+    assert runner.join(JOIN_S)
+    assert runner.stats.completed == n
+    assert runner.stats.groups - groups == 1
