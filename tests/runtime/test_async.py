@@ -399,7 +399,9 @@ def test_a_coroutine_that_swallows_its_cancel_is_stuck_and_its_slot_replaced(
 
     let_go.set()
     _until(lambda: not stuck() and not runner.attempts.aio, "both to end")
+    # Off the loop is not yet written: the completer's next group tells the late ones apart.
+    _until(lambda: not runner.attempts.committing, "their late outcomes written")
     with runner.attempts.mu:
         assert room.free() == 1 and room.held == 0 and runner.attempts.stopped == {}
     assert runner.get(deaf.task_id).status is TaskStatus.TIMEOUT  # a late result changes nothing
-    assert runner.stats.discarded >= 2
+    assert runner.stats.discarded == 2

@@ -132,7 +132,10 @@ def test_four_processes_run_each_of_20000_tasks_exactly_once(backend) -> None:
 
 def test_kill_9_mid_run_the_sweeper_recovers_and_no_effect_repeats(backend) -> None:
     n = 600
-    lease = 1.0
+    # The workers do not heartbeat: a claimed task waits RUNNING behind its group's others,
+    # and a process starved of CPU for a lease (a busy machine: 1 s did it, 5 tasks ran
+    # twice) would be swept from a live worker. The victim's orphans wait a lease longer.
+    lease = 5.0
     _submit(backend.url, n, keys=True)
     victim = CTX.Process(target=procs.drain, args=(backend.url, backend.effects, "victim"),
                          kwargs={"batch": 8, "crash_after": 5, "lease_s": lease})
