@@ -39,9 +39,9 @@ from taskfuse.core.states import TaskStatus
 from taskfuse.trace import TraceWriter
 from tests.tui.tracegen import write_incident_trace
 from tui.app import create_app
-from tui.model import TraceModel
 from tui.screens.dashboard import DashboardScreen
 from tui.sources import TraceSource
+from tui.trace_model import TraceModel
 from tui.widgets.styling import Panel
 
 N_TASKS = 1_000_000

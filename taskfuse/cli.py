@@ -51,6 +51,7 @@ from taskfuse.cliguard import (
     run_printing,
     text_arg,
 )
+from taskfuse.cliparts import CliError, opened_store, positive_float
 from taskfuse.configfile import ConfigError, located
 from taskfuse.core import bounds
 from taskfuse.core.history import record_history
@@ -62,7 +63,7 @@ from taskfuse.limits.files import read_limits_document
 from taskfuse.limits.schema import MAX_WORKERS, Limits
 from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
-from taskfuse.store import describe_error, open_store, redact_text, redact_url
+from taskfuse.store import describe_error, redact_text, redact_url
 from taskfuse.textable import columns, shown
 from taskfuse.version import version_line
 
@@ -73,10 +74,6 @@ if TYPE_CHECKING:
 PROG = "taskfuse"
 STATUS_ORDER = list(TaskStatus)
 log = logging.getLogger("taskfuse.cli")
-
-
-class CliError(Exception):
-    """A mistake of the person at the keyboard: printed as one line, exit status 2."""
 
 
 # -- entry point ---------------------------------------------------------------------------
@@ -272,7 +269,7 @@ def _limits_arg(p: argparse.ArgumentParser, what: str = _WORKER_LIMITS) -> None:
 _duration, _period = duration_arg, period_arg
 _positive_int = number_arg(int, 1, bounds.MAX_INT64)
 _non_negative_int = number_arg(int, 0, bounds.MAX_INT64)
-_positive_float = number_arg(float, 0.0, bounds.MAX_DURATION_S, open_low=True)
+_positive_float = positive_float
 _non_negative_float = number_arg(float, 0.0, bounds.MAX_DURATION_S, unit=" of seconds")
 _workers = number_arg(int, 1, MAX_WORKERS)
 _retries = number_arg(int, 0, bounds.MAX_RETRY)
@@ -281,20 +278,6 @@ _port = number_arg(int, 0, 65_535)
 
 
 # -- shared helpers ------------------------------------------------------------------------
-
-
-@contextmanager
-def opened_store(url: str | None) -> Iterator[Store]:
-    """Open the store a URL names (closing it after); a missing URL is a usage mistake."""
-    if not url:
-        raise CliError("no store given: pass --store URL or set TASKFUSE_STORE")
-    store = open_store(url)
-    try:
-        yield store
-    finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
 
 
 def load_app(ref: str | None) -> App:

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from taskfuse.cliparts import CliError, opened_store, positive_float
 from taskfuse.core import reopen
 from taskfuse.core.states import TaskfuseError, TaskStatus
 from taskfuse.core.task import Task
@@ -68,8 +69,6 @@ def _add_retry(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    from taskfuse.cli import opened_store
-
     with opened_store(args.store) as store:
         result = reopen.retry(store, args.target, time.time(), statuses=args.status,
                               reset_attempts=args.reset_attempts, dry_run=args.dry_run)
@@ -127,8 +126,6 @@ _EXIT_HELP = ("Exit status: 0 SUCCESS (a batch: ALL_SUCCESS), 3 FAILED, 4 TIMEOU
 
 
 def _add_wait(sub: Any, common: argparse.ArgumentParser) -> None:
-    from taskfuse.cli import _positive_float
-
     p = sub.add_parser(
         "wait", parents=[common], help="wait until a task or a batch has ended",
         description="Wait until the task (or else the batch) of that id has ended, woken by "
@@ -136,7 +133,7 @@ def _add_wait(sub: Any, common: argparse.ArgumentParser) -> None:
                     "a few times a second at most while a batch drains. "
                     + _EXIT_HELP.format(extra=f"{EXIT_WAIT_TIMEOUT} --timeout passed first, "))
     p.add_argument("target", metavar="TASK_OR_BATCH")
-    p.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="give up after S seconds (default: wait as long as it takes)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(func=cmd_wait)
@@ -155,7 +152,6 @@ def _add_result(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from taskfuse.cli import CliError, opened_store
     from taskfuse.runtime.waiting import WaitError, wait
 
     with opened_store(args.store) as store:
@@ -188,8 +184,6 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    from taskfuse.cli import CliError, opened_store
-
     with opened_store(args.store) as store:
         task = store.get(args.task)
     if task is None:
@@ -246,7 +240,6 @@ def _add_prune(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from taskfuse.cli import opened_store
     from taskfuse.runtime.retention import ENDED, prune
 
     with opened_store(args.store) as store:

@@ -49,7 +49,6 @@ from tui.messages import (
     TaskChosen,
     TraceGrew,
 )
-from tui.model import PlayInfo, TraceModel, check_speed, next_speed, seek_step, snap_speed
 from tui.quitting import INTERRUPTED, QUIT_BINDINGS, catch_sigint
 from tui.screens.base import MonitorScreen
 from tui.screens.dashboard import DashboardScreen
@@ -57,6 +56,7 @@ from tui.screens.help import HelpScreen
 from tui.screens.task_detail import TaskDetailScreen
 from tui.screens.tasks import TasksScreen
 from tui.sources import Delta, TraceSource
+from tui.trace_model import PlayInfo, TraceModel, check_speed, next_speed, seek_step, snap_speed
 
 #: Playback frame interval (wall seconds); each frame moves the cursor speed x this.
 FRAME_S = 0.1

@@ -40,8 +40,8 @@ from taskfuse.core.history import record_history as core_history
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from tui.fmt import fmt_wait
-from tui.model import CHART_COLUMNS, TERMINAL_STATES, BatchRow, Overview, Timeline
 from tui.taskindex import TaskRow
+from tui.trace_model import CHART_COLUMNS, TERMINAL_STATES, BatchRow, Overview, Timeline
 
 if TYPE_CHECKING:  # the monitor uses a store's read-only queries, never its writes
     from taskfuse.core.task import Task

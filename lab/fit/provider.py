@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from lab.fit.capacity import CapacityFit, fit_capacity, in_flight
 from lab.fit.data import HTTP_429, TIMEOUT, Calls
-from lab.fit.errors import ErrorFit, fit_errors
+from lab.fit.provider_capacity import CapacityFit, fit_capacity, in_flight
+from lab.fit.provider_errors import ErrorFit, fit_errors
 from lab.fit.ratelimit import RateLimitFit, fit_rate_limit
 from lab.fit.service import DurationFit, fit_durations
 from lab.fit.windows import OutageWindow, SlowdownWindow, find_outages, find_slowdowns

@@ -2,7 +2,7 @@
 
 `fit_run` calls the estimators (one module each) and keeps their answers; `world()` turns
 them into the world keys of a scenario, `limits()` answers the limits the run used, read
-from the trace header by `lab.fit.limits` (a load test and `taskfuse worker --trace` write
+from the trace header by `lab.fit.recorded_limits` (a load test and `taskfuse worker --trace` write
 them there; other traces get the defaults, said so in `notes`). `lab.fit.writer` writes the
 two as a scenario and the limits file it names (or as one scenario, limits inline).
 """
@@ -16,11 +16,11 @@ from lab.fit.arrivals import ArrivalFit, fit_arrivals
 from lab.fit.business import BusinessFit, fit_business
 from lab.fit.data import RunData
 from lab.fit.hangs import HangFit, fit_hangs, with_hang
-from lab.fit.limits import RecordedLimits, recorded_limits
 from lab.fit.overhead import call_overheads, timer_overhead, without
 from lab.fit.pools import PoolFit, fit_pools
 from lab.fit.programs import ProgramFit, fit_programs
 from lab.fit.provider import ProviderFit, fit_provider
+from lab.fit.recorded_limits import RecordedLimits, recorded_limits
 from lab.fit.writer import left_out
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from lab.fit.limits import RecordedLimits
+from lab.fit.recorded_limits import RecordedLimits
 from lab.scenario import parse_scenario
 from taskfuse.limits.files import dump_limits, limits_of, strip_limits
 from taskfuse.limits.schema import LIMITS_KEYS, DownstreamLimits, Limits

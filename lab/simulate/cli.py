@@ -19,7 +19,7 @@ def _speed(text: str) -> float:
     """`simulate --watch --speed`: bounded by the monitor's own speed ladder, the one bound
     `lab watch --speed` has (imported here, when the flag is given: the monitor is not
     loaded by every lab command)."""
-    from tui.model import SPEEDS as LADDER
+    from tui.trace_model import SPEEDS as LADDER
 
     return number_arg(float, LADDER[0], LADDER[-1])(text)
 
@@ -106,7 +106,7 @@ def simulate_watched(scenario: Any, seed: int, trace: Path | None, speed: float)
     from lab.simulate.report import render_text
     from lab.simulate.run import Pacer, Stopped, run_scenario
     from tui.app import run_watch
-    from tui.model import check_speed
+    from tui.trace_model import check_speed
 
     try:  # the monitor's own bound, as `lab watch --speed` has it: nan, 0, -5, 1e9 refused
         check_speed(speed)

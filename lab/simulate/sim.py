@@ -47,7 +47,7 @@ from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.capacity import replaces_stuck, retires_on_return
 from taskfuse.core.events import Event, EventKind, slot_wait, thread_wait
 from taskfuse.core.metrics import AlertEvaluator
-from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Scheduler, Work
+from taskfuse.core.scheduler import DEADLINE_SLACK_S, Completed, Idle, Scheduler, Work
 from taskfuse.core.states import TaskStatus
 from taskfuse.core.task import Outcome, Task, TaskSpec
 from taskfuse.limits.build import (
@@ -61,7 +61,6 @@ from taskfuse.limits.build import (
 )
 from taskfuse.tuning import collect_rarely
 
-WORK, DB, CALL, HANG, CPU = 0, 1, 2, 3, 4
 OK = Outcome.success(None)
 _PENDING = TaskStatus.PENDING
 #: The cause of the interrupt that kills a `process` executor's worker process.
@@ -70,11 +69,63 @@ KILLED = "killed"
 CANCELLED = "cancelled"
 
 
+# -- a task's program, compiled ------------------------------------------------------------
+# One slotted record per kind of step, its samplers and model objects read by name. The
+# attempt's loop (`Simulation.run_task`) tells them apart by `step.__class__ is ...`: as cheap
+# as the positional tuples they replace (a slot read is an index into the object), and the
+# type checker knows each branch's fields.
+
+
+@dataclass(frozen=True, slots=True)
+class WorkOp:
+    """Local work (or the CPU of a thread kind): the worker is busy for `seconds()`."""
+
+    seconds: Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class DbOp:
+    """A query on `pool`, the connection given back after it or kept to the task's end."""
+
+    pool: Pool
+    query: Callable[[], float]
+    whole_task: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CallOp:
+    """`count()` (rounded) calls to `downstream`, each with its retries."""
+
+    downstream: Downstream
+    count: Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuOp:
+    """The CPU of a coroutine (executor: async): it holds the worker process's event loop."""
+
+    loop: EventLoop
+    seconds: Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class HangOp:
+    """With `probability` (drawn by `roll()`), the attempt blocks for `seconds()`, deaf to
+    cancellation."""
+
+    probability: float
+    roll: Callable[[], float]
+    seconds: Callable[[], float]
+
+
+Op = WorkOp | DbOp | CallOp | CpuOp | HangOp
+
+
 @dataclass
 class Program:
-    """A task's steps compiled to tuples of samplers and model objects."""
+    """A task's steps, compiled to step records."""
 
-    steps: list[tuple[Any, ...]]
+    steps: list[Op]
 
 
 @dataclass
@@ -227,24 +278,26 @@ class Simulation:
                               p99_baseline_s=self.limits.alerts.p99_baseline_s)
 
     def _compile(self, steps: list[Step], kind: str) -> Program:
-        compiled: list[tuple[Any, ...]] = []
-        on_loop = self.loop is not None and kind in self.async_kinds
+        compiled: list[Op] = []
+        loop = self.loop if kind in self.async_kinds else None
         for k, step in enumerate(steps):
             rng = self.rng(f"program:{len(self.programs)}:{k}")
             if isinstance(step, WorkStep):
-                compiled.append((WORK, step.work.sampler(rng)))
+                compiled.append(WorkOp(step.work.sampler(rng)))
             elif isinstance(step, CpuStep):  # holds the event loop, or just the worker
-                compiled.append((CPU if on_loop else WORK, step.cpu.sampler(rng)))
+                cpu = step.cpu.sampler(rng)
+                compiled.append(WorkOp(cpu) if loop is None else CpuOp(loop, cpu))
             elif isinstance(step, DbStep):
                 db = step.db
-                compiled.append((DB, self.pools[db.pool], db.query.sampler(rng),
-                                 db.hold == "whole_task"))
+                compiled.append(DbOp(self.pools[db.pool], db.query.sampler(rng),
+                                     db.hold == "whole_task"))
             elif isinstance(step, CallStep):
                 ds = self.downstreams[step.call.downstream]
-                compiled.append((CALL, ds, step.call.count.sampler(rng)))
+                compiled.append(CallOp(ds, step.call.count.sampler(rng)))
             elif isinstance(step, HangStep):
                 hang = step.hang
-                compiled.append((HANG, hang.probability, rng.random, hang.duration.sampler(rng)))
+                compiled.append(HangOp(hang.probability, rng.random,
+                                       hang.duration.sampler(rng)))
         program = Program(compiled)
         self.programs.append(program)
         return program
@@ -330,21 +383,24 @@ class Simulation:
         handed = self.handed
         async_kinds = self.async_kinds
         sleeping: simpy.Event | None = None
+        answer: Work | Idle
         try:
             while True:
                 if handed:  # claimed by the event loop's claimer for a thread
                     answer = Work([handed.popleft()])
                     if not handed:
-                        self.loop.wake()  # type: ignore[union-attr]
+                        assert self.loop is not None  # only its claimer hands tasks over
+                        self.loop.wake()
                 else:
                     answer = claim(wid, env.now, n, excluded)
                 if answer.__class__ is Work:
                     if self.idle:
                         self._wake(1)  # pass the baton: more may be claimable
-                    for task in answer.tasks:  # type: ignore[union-attr]
+                    for task in answer.tasks:
                         if async_kinds and task.kind in async_kinds:
                             if not self._to_loop(task):  # the loop is full: wait for room
-                                yield self.loop.wait_room()  # type: ignore[union-attr]
+                                assert self.loop is not None  # async kinds run on it
+                                yield self.loop.wait_room()
                             continue
                         try:
                             yield from self.run_task(task, slot)
@@ -356,7 +412,8 @@ class Simulation:
                         self.dead.add(slot.number)
                         return
                 else:
-                    sleeping = self._sleep(answer.until)  # type: ignore[union-attr]
+                    assert answer.__class__ is Idle
+                    sleeping = self._sleep(answer.until)
                     yield sleeping
                     sleeping = None
         except simpy.Interrupt:
@@ -373,13 +430,14 @@ class Simulation:
         while True:
             answer = self.scheduler.claim("open", env.now, 10_000, self.excluded)
             if answer.__class__ is Work:
-                for task in answer.tasks:  # type: ignore[union-attr]
+                for task in answer.tasks:
                     if async_kinds and task.kind in async_kinds:
                         self._to_loop(task)
                     else:
                         env.process(self._open_attempt(task))
             else:
-                yield self._sleep(answer.until)  # type: ignore[union-attr]
+                assert answer.__class__ is Idle
+                yield self._sleep(answer.until)
 
     def _open_attempt(self, task: Task) -> Generator[simpy.Event, Any, None]:
         """One attempt of the open loop, in its own process (a killed one just ends)."""
@@ -410,14 +468,15 @@ class Simulation:
             if answer.__class__ is Work:
                 if self.idle:
                     self._wake(1)  # pass the baton: more may be claimable
-                for task in answer.tasks:  # type: ignore[union-attr]
+                for task in answer.tasks:
                     if task.kind in async_kinds:
                         self._to_loop(task)
                     else:
                         handed.append(task)
                         self._wake(1)
             else:
-                yield self._sleep(answer.until)  # type: ignore[union-attr]
+                assert answer.__class__ is Idle
+                yield self._sleep(answer.until)
 
     def _to_loop(self, task: Task) -> bool:
         """Start a claimed async task as a coroutine, or queue it for a slot (False)."""
@@ -430,7 +489,8 @@ class Simulation:
         return False
 
     def _start_coroutine(self, task: Task) -> None:
-        self.loop.take(task.kind)  # type: ignore[union-attr]
+        assert self.loop is not None
+        self.loop.take(task.kind)
         slot = Slot(-1)
         slot.proc = self.env.process(self._coroutine(task, slot))
 
@@ -457,13 +517,15 @@ class Simulation:
         stats.attempts += 1
         tid = task.task_id
         self.attempts[tid] = (task, slot)
-        if task.started_at + task.timeout + DEADLINE_SLACK_S < self.watchdog_due:  # type: ignore[operator]
+        started = task.started_at
+        assert started is not None  # claimed: RUNNING
+        if started + task.timeout + DEADLINE_SLACK_S < self.watchdog_due:
             self.watchdog_due = 0.0  # a deadline before the watchdog's next look: wake it
             self._watchdog.interrupt("deadline")
         if task.version == 1:
             stats.first_waits.append(env.now - task.created_at)
-        if task.started_at < env.now:  # type: ignore[operator]  # claimed ahead of its worker
-            self._began_late(task)
+        if started < env.now:  # claimed ahead of its worker
+            self._began_late(task, started)
         steps = self.programs[task.payload].steps
         track = self.track
         # What the attempt must give back: connections kept for the whole task, and, when a
@@ -473,11 +535,11 @@ class Simulation:
         last = steps[-1]
         try:
             for step in steps:
-                op = step[0]
-                if op == WORK:
-                    yield env.timeout(step[1]())
-                elif op == DB:
-                    _, pool, query, whole = step
+                if step.__class__ is WorkOp:
+                    yield env.timeout(step.seconds())
+                elif step.__class__ is DbOp:
+                    pool = step.pool
+                    whole = step.whole_task
                     now = env.now
                     if pool.outages and pool.down(now):
                         pool.refused += 1
@@ -498,7 +560,7 @@ class Simulation:
                     if error is None:
                         if whole or track:
                             held.append(("conn", pool))
-                        seconds = query()
+                        seconds = step.query()
                         yield env.timeout(seconds)
                         if self.detail is not None:
                             self._queried(task, pool, seconds, whole)
@@ -506,16 +568,16 @@ class Simulation:
                             if track:
                                 held.pop()
                             pool.release()
-                elif op == CALL:  # the calls of a step, each with its retries
-                    ds = step[1]
-                    for _ in range(int(step[2]() + 0.5)):
+                elif step.__class__ is CallOp:  # the calls of a step, each with its retries
+                    ds = step.downstream
+                    for _ in range(int(step.count() + 0.5)):
                         error = yield from ds.call(held, task)
                         if error is not None:
                             break
-                elif op == CPU:  # a coroutine's CPU: it holds the event loop
-                    yield from self.loop.cpu(task, step[1](), self.detail)  # type: ignore[union-attr]
-                elif step[2]() < step[1]:  # a hang: blocks, deaf to cancellation
-                    yield env.timeout(step[3]())
+                elif step.__class__ is CpuOp:  # a coroutine's CPU: it holds the event loop
+                    yield from step.loop.cpu(task, step.seconds(), self.detail)
+                elif step.__class__ is HangOp and step.roll() < step.probability:
+                    yield env.timeout(step.seconds())  # a hang: blocks, deaf to cancellation
                 if error is not None or (step is not last and self.scheduler.is_cancelled(task)):
                     break  # cooperative cancel between steps; after the last, complete() tells
         except simpy.Interrupt:
@@ -532,7 +594,7 @@ class Simulation:
         answer = self.scheduler.complete(task, OK if error is None else Outcome.failure(error),
                                          env.now)
         if answer.__class__ is Completed:
-            if answer.task.status is _PENDING and answer.task.retry_count == task.retry_count:  # type: ignore[union-attr]
+            if answer.task.status is _PENDING and answer.task.retry_count == task.retry_count:
                 stats.deferred += 1
             if self.idle:
                 self._wake(1)
@@ -554,10 +616,12 @@ class Simulation:
             slot = attempt[1]
             if new.kind in self.process_kinds:
                 self.stats.killed += 1
-                slot.proc.interrupt(KILLED)  # type: ignore[union-attr]
+                assert slot.proc is not None
+                slot.proc.interrupt(KILLED)
             elif new.kind in self.async_kinds:
-                self.loop.cancelled += 1  # type: ignore[union-attr]
-                slot.proc.interrupt(CANCELLED)  # type: ignore[union-attr]
+                assert self.loop is not None and slot.proc is not None
+                self.loop.cancelled += 1
+                slot.proc.interrupt(CANCELLED)
             else:
                 self._stuck(new, slot)
 
@@ -578,34 +642,37 @@ class Simulation:
         stats = self.stats
         stats.stuck_changed(self.env.now, -1)
         self.excluded.discard(task.task_id)
-        if slot.number >= 0 and retires_on_return(self.live - stats.stuck,
-                                                  self.sc.workers):  # type: ignore[arg-type]
+        workers = self.sc.workers  # a number, when the worker is one of a pool (number >= 0)
+        if slot.number >= 0 and isinstance(workers, int) and retires_on_return(
+                self.live - stats.stuck, workers):
             slot.retiring = True
             stats.retired += 1
             self.live -= 1
         if self.idle:
             self._wake(1)
 
-    def _began_late(self, task: Task) -> None:
+    def _began_late(self, task: Task, started: float) -> None:
         """An attempt claimed ahead (claim_batch > 1, or an async one that found every
-        coroutine slot taken) begins after its claim: the wait for its worker thread or slot
-        is a WAIT and not run time, as in the runtime."""
+        coroutine slot taken) begins after its claim (`started`): the wait for its worker
+        thread or slot is a WAIT and not run time, as in the runtime."""
         now = self.env.now
-        waited = now - task.started_at  # type: ignore[operator]
-        self.store.waited[task.task_id] = (task.started_at, waited)  # type: ignore[assignment]
+        waited = now - started
+        self.store.waited[task.task_id] = (started, waited)
         if self.detail is not None:
             wait = slot_wait if task.kind in self.async_kinds else thread_wait
             self.detail(wait(task, now, waited))
 
     def _pool_waited(self, task: Task, pool: Pool, granted: bool, since: float) -> None:
         now = self.env.now
-        self.detail(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,  # type: ignore[misc]
+        assert self.detail is not None  # called only when details are recorded
+        self.detail(Event(now, EventKind.WAIT, task.task_id, task.batch_id, task.trace_id,
                           None, None, "pool" if granted else POOL_TIMEOUT, task.retry_count + 1,
                           task.worker_id, pool.name, now - since))
 
     def _queried(self, task: Task, pool: Pool, seconds: float, whole: bool) -> None:
         """A query ended (for the trace, as the load test records it)."""
-        self.detail(Event(self.env.now, EventKind.QUERY, task.task_id, task.batch_id,  # type: ignore[misc]
+        assert self.detail is not None
+        self.detail(Event(self.env.now, EventKind.QUERY, task.task_id, task.batch_id,
                           task.trace_id, None, None, "kept" if whole else "returned",
                           task.retry_count + 1, None, pool.name, seconds))
 
@@ -728,7 +795,7 @@ class Simulation:
         if self.business is not None:
             env.process(self.business.run())
         horizon = env.timeout(self.sc.horizon_s)
-        horizon.callbacks.append(lambda _: self.finished.triggered or self.finished.succeed())
+        horizon.callbacks.append(self._horizon_reached)
         with collect_rarely():
             env.run(until=self.finished)
         if self.business is not None:
@@ -739,6 +806,10 @@ class Simulation:
             self.on_sample(self)
         self.wall_s = time.perf_counter() - started
         return self
+
+    def _horizon_reached(self, _: simpy.Event) -> None:
+        if not self.finished.triggered:
+            self.finished.succeed()
 
     def task_records(self) -> list[TaskRecord]:
         """One flat record per task submitted (deduplicated): how each ended, or where it is."""
@@ -755,7 +826,7 @@ class Simulation:
         Read from the repr of simpy's id counter (``count(N)``): `next()` on it would spend
         an id, so reading twice would give two answers and shift later events' ids.
         """
-        return int(repr(self.env._eid)[len("count("):-1])  # type: ignore[attr-defined]
+        return int(repr(self.env._eid)[len("count("):-1])
 
 
 

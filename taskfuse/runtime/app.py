@@ -67,7 +67,7 @@ from taskfuse.limits.build import (
 from taskfuse.limits.schema import BatchLimits, ClientLimits, Limits, PoolLimits
 from taskfuse.runtime.calls import CallClient
 from taskfuse.runtime.errors import RUNTIME_FATAL, RuntimeConfigError, UnknownKind
-from taskfuse.runtime.fleet import FleetLimits, build_fleet
+from taskfuse.runtime.fleet_limits import FleetLimits, build_fleet
 from taskfuse.runtime.ids import new_task_id
 from taskfuse.runtime.pools import PoolSection
 from taskfuse.runtime.procexec import EXECUTORS, fn_reference

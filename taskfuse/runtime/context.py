@@ -40,7 +40,7 @@ from taskfuse.runtime.pools import PoolPermit
 from taskfuse.store import StoreUnavailable, bounded
 
 if TYPE_CHECKING:
-    from taskfuse.runtime.fleet import FleetLimits
+    from taskfuse.runtime.fleet_limits import FleetLimits
     from taskfuse.runtime.host import Host
     from taskfuse.store.fleet_limits import Permit
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.runtime.attempts import key_of
-from taskfuse.runtime.fleet import FleetLimits
+from taskfuse.runtime.fleet_limits import FleetLimits
 from taskfuse.runtime.shared import Shared
 
 log = logging.getLogger("taskfuse.runtime")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from taskfuse.core.scheduler import Scheduler
     from taskfuse.core.task import Task
     from taskfuse.runtime.calls import CallClient, Waits
-    from taskfuse.runtime.fleet import FleetLimits
+    from taskfuse.runtime.fleet_limits import FleetLimits
     from taskfuse.runtime.pools import PoolSection
 
 

@@ -70,7 +70,7 @@ from taskfuse.runtime.attempts import MAX_GROUP, Attempts, RunnerStats, group_of
 from taskfuse.runtime.calls import REAL_WAITS, CallClient, Waits
 from taskfuse.runtime.claimer import Claimer
 from taskfuse.runtime.completer import Completer
-from taskfuse.runtime.fleet import FleetLimits
+from taskfuse.runtime.fleet_limits import FleetLimits
 from taskfuse.runtime.gate import FuseGate
 from taskfuse.runtime.heartbeat import Heartbeat
 from taskfuse.runtime.listener import LISTEN_BOUND_S, Listener

@@ -17,11 +17,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
 
-from taskfuse.core.states import TaskfuseError
 from taskfuse.core.storeapi import Store
-from taskfuse.store.memory import StoreError
+from taskfuse.store.failures import (
+    PayloadError,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+    StoreURLError,
+    split_url,
+)
 from taskfuse.store.redaction import describe_error, redact_text, redact_url, remember
 
 __all__ = [
@@ -37,37 +42,6 @@ __all__ = [
     "redact_url",
     "split_url",
 ]
-
-
-class StoreURLError(TaskfuseError):
-    """A store URL that names no store we have, or cannot be opened."""
-
-
-class PayloadError(StoreError):
-    """A payload or result that cannot be stored as JSON; nothing was written.
-
-    Raised before any write, so a submission either lands whole or not at all.
-    """
-
-    def __init__(self, task_id: str, what: str, cause: Exception) -> None:
-        self.task_id = task_id
-        self.what = what
-        super().__init__(f"task {task_id!r}: {what} cannot be stored as JSON: {cause}")
-
-
-class StoreUnavailable(StoreError):
-    """The database could not be reached (or kept failing) for longer than the retry budget.
-
-    The message names the store by its redacted URL: credentials never reach logs or traces.
-    """
-
-
-class StoreFull(StoreError):
-    """The store cannot grow: its disk, a file size limit or a page limit is reached.
-
-    Nothing of the statement was written, and retrying cannot help until an operator frees
-    room, so a worker says so once and does not retry it as an outage.
-    """
 
 
 @contextmanager
@@ -107,11 +81,3 @@ def open_store(url: str, read_only: bool = False) -> Store:
         f"unknown store URL scheme {scheme!r} in {redact_url(url)!r}: expected memory://, "
         "sqlite:///PATH or postgresql://..."
     )
-
-
-def split_url(url: str) -> SplitResult:
-    """A URL's parts; one that cannot be split (a malformed IPv6 host) is a StoreURLError."""
-    try:
-        return urlsplit(url)
-    except ValueError as exc:
-        raise StoreURLError(f"bad store URL {redact_url(url)!r}: {exc}") from None

@@ -18,9 +18,10 @@ from itertools import count
 from typing import Any
 
 from taskfuse.core.dag import missing_dependency
-from taskfuse.core.states import TaskEvent, TaskfuseError, TaskStatus
+from taskfuse.core.states import TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
+from taskfuse.store.failures import StoreError
 from taskfuse.store.sql import CANCEL_FROM, SEARCH_LIMIT
 
 _PENDING = TaskStatus.PENDING
@@ -70,10 +71,6 @@ class _Lane:
         if heap and (not run or heap[0] < run[0]):
             return heapq.heappop(heap)
         return run.popleft()
-
-
-class StoreError(TaskfuseError):
-    """A store refused an operation (bad input, broken invariant of the caller)."""
 
 
 def _written(fresh: Sequence[Task]) -> list[Task]:

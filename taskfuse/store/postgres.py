@@ -63,9 +63,9 @@ from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
-from taskfuse.store import StoreError, StoreUnavailable, StoreURLError, redact_url, split_url
 from taskfuse.store.classify import transient
-from taskfuse.store.redaction import describe_error, encode_userinfo, remember
+from taskfuse.store.failures import StoreError, StoreUnavailable, StoreURLError, split_url
+from taskfuse.store.redaction import describe_error, encode_userinfo, redact_url, remember
 from taskfuse.store.sql import (
     CANCEL_FROM,
     CANCEL_TO,

@@ -48,7 +48,8 @@ from taskfuse.core.dag import missing_dependency
 from taskfuse.core.states import TERMINAL, TaskEvent, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat
 from taskfuse.core.task import Batch, Task, move
-from taskfuse.store import StoreError, StoreFull, StoreUnavailable, StoreURLError, redact_url
+from taskfuse.store.failures import StoreError, StoreFull, StoreUnavailable, StoreURLError
+from taskfuse.store.redaction import redact_url
 from taskfuse.store.sql import (
     CANCEL_FROM,
     CANCEL_TO,

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from lab.fit.arrivals import fit_arrivals
-from lab.fit.capacity import fit_capacity
 from lab.fit.data import Calls
-from lab.fit.errors import fit_errors
 from lab.fit.estimate import wilson
 from lab.fit.programs import count_spec
 from lab.fit.provider import fit_provider
+from lab.fit.provider_capacity import fit_capacity
+from lab.fit.provider_errors import fit_errors
 from lab.fit.ratelimit import fit_rate_limit
 from lab.fit.service import fit_durations
 from lab.fit.windows import find_outages, find_slowdowns

@@ -495,7 +495,7 @@ def test_a_load_test_makes_the_clients_retries_on_either_executor(tmp_path, exec
 
 def test_a_load_tests_record_carries_the_stuck_bound_and_the_kinds_to_the_fit(tmp_path) -> None:
     """Without them a fitted hung run replaced every stuck thread (the default bound)."""
-    from lab.fit.limits import recorded_limits
+    from lab.fit.recorded_limits import recorded_limits
     from lab.loadtest.record import limits_meta
 
     sc = scenario(write(tmp_path, TINY_HUNG.replace("EXECUTOR", "process")).read_text())

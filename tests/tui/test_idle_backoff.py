@@ -20,7 +20,7 @@ from tui.app import POLL_MAX_S, QUIET_POLL_MAX_S, MonitorApp, create_app
 from tui.fleet import FleetSample, WorkerRow, idle_repeat
 from tui.fleet_app import POLL_MAX_S as FLEET_POLL_MAX_S
 from tui.fleet_app import open_fleet
-from tui.model import Timeline
+from tui.trace_model import Timeline
 
 
 def test_a_repeated_sample_is_told_apart_from_a_new_one() -> None:

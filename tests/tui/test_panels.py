@@ -18,8 +18,8 @@ from tests.tui.screen import rendered_lines, text_of
 from tests.tui.tracegen import Incident
 from tui.app import MonitorApp, create_app
 from tui.fmt import fmt_t
-from tui.model import TraceModel
 from tui.taskindex import HistoryRow, TaskRow
+from tui.trace_model import TraceModel
 from tui.widgets.events import EventsPanel
 from tui.widgets.overview import OverviewPanel
 from tui.widgets.running import RunningPanel

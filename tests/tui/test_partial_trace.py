@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui.model import TraceModel
 from tui.sources import TraceSource
+from tui.trace_model import TraceModel
 
 
 def test_a_simulation_cut_in_half_has_its_timeline_up_to_the_cut(

@@ -14,8 +14,8 @@ from taskfuse.core.states import TaskStatus
 from taskfuse.runtime import App, Runner
 from taskfuse.store import open_store
 from taskfuse.trace import read_trace
-from tui.model import TraceModel
 from tui.sources import TraceSource
+from tui.trace_model import TraceModel
 
 JOIN_S = 20.0
 A_THREADS, B_THREADS = 2, 6

@@ -13,7 +13,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from tui.model import PlayInfo, TraceModel
+from tui.trace_model import PlayInfo, TraceModel
 from tui.widgets.commandbar import CommandBar, FilterLine
 from tui.widgets.timebar import TimeBar
 

@@ -14,10 +14,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 
 from tui.fmt import fmt_t
-from tui.model import TraceModel
 from tui.screens.base import MonitorScreen
 from tui.screens.dashboard import WIDE
 from tui.taskindex import TaskHistory
+from tui.trace_model import TraceModel
 from tui.widgets.events import EventsPanel
 from tui.widgets.history import HistoryView
 

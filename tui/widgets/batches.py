@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from tui.fmt import fmt_num, fmt_pct, fmt_s, safe_text
-from tui.model import BatchRow
+from tui.trace_model import BatchRow
 from tui.widgets.styling import Panel, flow, tone
 
 #: Short labels for counts by state, in lifecycle order (one cell each).

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from tui.fmt import fmt_num, fmt_s, fmt_wait
-from tui.model import Business, bars, fit, log_scale
+from tui.trace_model import Business, bars, fit, log_scale
 from tui.widgets.styling import Panel, append_runs, breaker_text, first_fit, flow, tone
 
 LABEL = 6  # "30.0s " above the chart's top row, "log" by its bottom

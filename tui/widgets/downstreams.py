@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from tui.fmt import fmt_num
-from tui.model import DownstreamRow
+from tui.trace_model import DownstreamRow
 from tui.widgets.styling import Panel, breaker_text, chart, flow, tone
 
 

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from tui.fmt import fmt_num, fmt_pct, fmt_s
-from tui.model import Overview, bars, fit
+from tui.trace_model import Overview, bars, fit
 from tui.widgets.styling import Panel, append_runs, flow, tone
 
 LABEL = 12  # "queue 1.00M " / "run  50/50  "

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from tui.fmt import fmt_num
-from tui.model import PoolRow
+from tui.trace_model import PoolRow
 from tui.widgets.styling import Panel, chart, flow, tone
 
 #: A gauge narrower than this is dropped (the numbers say it all).

@@ -18,7 +18,7 @@ from textual.geometry import Region, Size
 from textual.widget import Widget
 
 from tui.fmt import fmt_num, fmt_wait
-from tui.model import bars, fit
+from tui.trace_model import bars, fit
 
 BREAKER_LABELS = {"closed": "CLOSED", "half_open": "HALF-OPEN", "open": "OPEN"}
 #: Component classes every panel declares so the .tcss can colour them.

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.reactive import reactive
 
 from tui.fmt import fmt_pct, fmt_t, fmt_wait
-from tui.model import PlayInfo
+from tui.trace_model import PlayInfo
 from tui.widgets.styling import Panel, tone
 
 MIN_BAR = 6

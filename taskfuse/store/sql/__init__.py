@@ -33,6 +33,7 @@ from typing import Any
 from taskfuse.core.states import TRANSITIONS, TaskEvent, TaskfuseError, TaskStatus
 from taskfuse.core.storeapi import WorkerBeat, beat_of
 from taskfuse.core.task import TASK_FIELDS, Task
+from taskfuse.store.failures import PayloadError
 
 #: Task fields in table order; every SELECT of a task lists exactly these.
 TASK_COLUMNS: tuple[str, ...] = tuple(TASK_FIELDS)
@@ -111,12 +112,8 @@ def dumps(value: Any, task_id: str, what: str) -> str | None:
     try:
         return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except RecursionError:  # JSON nested thousands deep: a value, not a bug of ours
-        from taskfuse.store import PayloadError
-
         raise PayloadError(task_id, what, ValueError("nested too deep")) from None
     except (TypeError, ValueError) as exc:
-        from taskfuse.store import PayloadError
-
         raise PayloadError(task_id, what, exc) from None
 
 

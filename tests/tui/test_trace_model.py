@@ -11,7 +11,8 @@ from taskfuse.trace import read_trace
 from tests.tui.tracegen import Incident
 from tui.commands import parse_command, parse_time
 from tui.fmt import fmt_alert_value, fmt_num, fmt_t, fmt_wait
-from tui.model import (
+from tui.sources import TraceSource
+from tui.trace_model import (
     SPEEDS,
     BatchRow,
     Meta,
@@ -23,7 +24,6 @@ from tui.model import (
     seek_step,
     snap_speed,
 )
-from tui.sources import TraceSource
 
 
 def _timeline() -> Timeline:
