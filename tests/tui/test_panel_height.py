@@ -13,7 +13,7 @@ import asyncio
 
 from textual.app import App, ComposeResult
 
-from tui.model import DownstreamRow
+from tui.trace_model import DownstreamRow
 from tui.widgets.downstreams import DownstreamPanel
 
 
