@@ -27,10 +27,12 @@ and put back once the head and the 2-byte body are read, as async HTTP clients d
 rounds time the enqueue (in chunks of 2,000, like taskfuse's submission, reported apart as
 `enqueue_s`) and the drain until every job is done and recorded; their worker runs in this
 process, so their CPU per task includes the enqueue. All three commit every outcome durably
-(synchronous_commit=on). `extra_info`: `tasks_per_s`, `cpu_ms_per_task`, `tail_s` (from the
-last call's answer to the end of the round), `connections` (opened: the most in flight at
-once); for taskfuse's calls `pct_of_noop`, `pct_of_bare` and `x_pgqueuer_b10` /
-`x_pgqueuer_b1000` / `x_procrastinate`, filled in as those rounds end.
+(synchronous_commit=on). With TASKFUSE_BENCH_PEERS_WARM set, every worker's pool holds
+10,000 open connections before the timed part (the first wave's connects cost this client
+seconds on a busy machine). `extra_info`: `tasks_per_s`, `cpu_ms_per_task`, `tail_s` (from
+the last call's answer to the end of the round), `connections` (opened; with cold pools the
+most calls in flight at once); for taskfuse's calls `pct_of_noop`, `pct_of_bare` and
+`x_pgqueuer_b10` / `x_pgqueuer_b1000` / `x_procrastinate`, filled in as those rounds end.
 
 The peers are not dependencies of taskfuse: `make bench-peers` installs them (the `peers`
 extra) and runs this file; without them it has nothing to compare and says so.
