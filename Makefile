@@ -44,10 +44,12 @@ property: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-only
 
-# taskfuse beside pgqueuer on the same PostgreSQL, in one run (installs the `peers` extra).
+# taskfuse beside pgqueuer and procrastinate on the same PostgreSQL, in one run (installs the
+# `peers` extra).
 bench-peers: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[peers]'
-	$(BIN)/python -m pytest benchmarks/test_bench_peers.py --benchmark-only
+	$(BIN)/python -m pytest benchmarks/test_bench_peers.py benchmarks/test_bench_peers_async.py \
+		--benchmark-only
 
 # Rewrite benchmarks/baseline.json (the regression gate of `make test`) on purpose.
 baseline: $(STAMP)
