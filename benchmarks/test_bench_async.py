@@ -197,9 +197,13 @@ class Rig:
         assert runner.join(600)
         self.cpu.append(time.process_time() - cpu - mine)
         assert runner.stats.completed == self.n and runner.stats.failed == 0
-        rate = steady_rate(runner.store.all_tasks(), CALL_S)
-        if rate is not None:
-            self.steady.append(rate)
+
+    def read_steady(self) -> None:
+        """The round's steady rate, read from the store after the timed part."""
+        if self.runner is not None and self.kind != "noop":
+            rate = steady_rate(self.runner.store.all_tasks(), CALL_S)
+            if rate is not None:
+                self.steady.append(rate)
 
     def close(self) -> None:
         if self.runner is not None:
@@ -227,6 +231,7 @@ def steady_rate(tasks: list[Any], call_s: float) -> float | None:
 def measure(benchmark: Any, rig: Rig, ideal: float | None = None) -> None:
     try:
         benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=1, iterations=1)
+        rig.read_steady()
     finally:
         rig.close()
     median = benchmark.stats.stats.median
