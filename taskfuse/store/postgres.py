@@ -774,7 +774,9 @@ class PostgresStore(NamedQueryReads):
         return self._run(lambda c, _: c.execute(Q["heartbeat"], params).rowcount == 1)
 
     def heartbeat_many(self, attempts: Sequence[tuple[str, int]], now: float) -> list[bool]:
-        """Renew many attempts' leases in one statement (one round trip)."""
+        """Renew many attempts' leases in one statement (one round trip); a row another
+        statement holds now is answered current and renewed at the next beat, never waited
+        for (the query's comment: a wait there deadlocked with group commits)."""
         if not attempts:
             return []
         params = {"ids": [a[0] for a in attempts], "versions": [a[1] for a in attempts],

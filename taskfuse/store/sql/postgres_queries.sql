@@ -192,11 +192,28 @@ WHERE task_id = %(task_id)s AND version = %(version)s AND status = 'RUNNING'
 
 -- heartbeat_many --
 -- Renew many attempts' leases in one statement; only each task's current RUNNING attempt
--- (the version it was claimed at) is renewed. Answers the renewed ones.
-UPDATE tasks AS t SET heartbeat_at = %(now)s
-FROM unnest(%(ids)s::text[], %(versions)s::integer[]) AS u(task_id, version)
-WHERE t.task_id = u.task_id AND t.version = u.version AND t.status = 'RUNNING'
-RETURNING t.task_id, t.version
+-- (the version it was claimed at) is renewed. Answers the attempts still current: renewed,
+-- or held right now by another statement (the completer writing its outcome, a sweeper, a
+-- cancel), which is passed over, not waited for. A beat of thousands of rows that waited
+-- for such a row could wait in a cycle with a group commit taking the same rows in another
+-- order: a deadlock, a second's stall (deadlock_timeout) and a retry of both, seen at
+-- 10,000 attempts in flight. A row passed over is renewed at the next beat, or that beat
+-- finds it moved.
+WITH live AS (
+    SELECT t.task_id, t.version FROM tasks AS t
+    JOIN unnest(%(ids)s::text[], %(versions)s::integer[]) AS u(task_id, version)
+      ON t.task_id = u.task_id AND t.version = u.version
+    WHERE t.status = 'RUNNING'
+), free AS (
+    SELECT t.task_id FROM tasks AS t JOIN live ON t.task_id = live.task_id
+    FOR NO KEY UPDATE OF t SKIP LOCKED
+), renewed AS (
+    UPDATE tasks AS t SET heartbeat_at = %(now)s
+    FROM free, live
+    WHERE t.task_id = free.task_id AND live.task_id = t.task_id
+      AND t.version = live.version AND t.status = 'RUNNING'
+)
+SELECT task_id, version FROM live
 
 -- has_unfinished --
 -- Two probes, each the partial index of RUNNING or of PENDING rows, stopped at its first
