@@ -23,11 +23,14 @@ CPU per task on every store; async no-op no slower than thread no-op.
     python -m pytest benchmarks/test_bench_async.py --benchmark-only
     TASKFUSE_BENCH_ASYNC_N=40000 python -m pytest benchmarks/test_bench_async.py ...
     TASKFUSE_BENCH_ASYNC_HTTPX=1 ...     # the httpx client too (slow: minutes a round)
+    TASKFUSE_BENCH_HEAP=plain ...        # the interpreter's collector settings (default:
+                                         # the worker command's, taskfuse.tuning.worker_heap)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import ssl
@@ -43,11 +46,15 @@ from benchmarks.test_bench_stores import PG_URL, _drop_schema, _need
 from taskfuse.limits.schema import Limits
 from taskfuse.runtime import App, Runner
 from taskfuse.store.memory import MemoryStore
+from taskfuse.tuning import worker_heap
 from tests.runtime.aioserver import aioserver_process
 
 IN_FLIGHT = 4_000
 CALL_S = 1.0
 N = int(os.environ.get("TASKFUSE_BENCH_ASYNC_N", "20000"))
+#: "worker": the heap as `taskfuse worker` keeps it (frozen after start, rare collections);
+#: "plain": the interpreter's defaults, as a Runner embedded in another program has them.
+HEAP = os.environ.get("TASKFUSE_BENCH_HEAP", "worker")
 N_NOOP = int(os.environ.get("TASKFUSE_BENCH_ASYNC_NOOP", "5000"))
 NOOP_WORKERS = 4
 _CHUNK = 2_000
@@ -167,6 +174,7 @@ class Rig:
         self.runner: Runner | None = None
         self.cpu: list[float] = []
         self.steady: list[float] = []  # ends per second in each round's steady part
+        self.heap = contextlib.ExitStack()
 
     def fresh(self) -> None:
         self.close()
@@ -184,6 +192,8 @@ class Rig:
             store = open_store(url)
         self.runner = Runner(self.app, store, workers=self.workers, heartbeat_s=10.0).start()
         assert self.runner.wait_settled(120)
+        if HEAP == "worker":  # as `taskfuse worker` runs its process (taskfuse.tuning)
+            self.heap.enter_context(worker_heap())
 
     def drain(self) -> None:
         runner = self.runner
@@ -206,6 +216,7 @@ class Rig:
                 self.steady.append(rate)
 
     def close(self) -> None:
+        self.heap.close()
         if self.runner is not None:
             self.runner.shutdown(5.0)
             close = getattr(self.runner.store, "close", None)

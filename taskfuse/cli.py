@@ -65,6 +65,7 @@ from taskfuse.runtime import logs
 from taskfuse.runtime.app import DEFAULT_LEASE_S, App
 from taskfuse.store import describe_error, redact_text, redact_url
 from taskfuse.textable import columns, shown
+from taskfuse.tuning import worker_heap
 from taskfuse.version import version_line
 
 if TYPE_CHECKING:
@@ -478,6 +479,11 @@ def _serve_metrics(runner: Runner, args: argparse.Namespace) -> MetricsServer | 
 
 def _run_worker(runner: Any, args: argparse.Namespace, stop: threading.Event) -> None:
     runner.start()
+    with worker_heap():  # this process is the worker's own (taskfuse.tuning)
+        _serve_until_stopped(runner, args, stop)
+
+
+def _serve_until_stopped(runner: Any, args: argparse.Namespace, stop: threading.Event) -> None:
     kinds = [f"{kind} [process]" if runner.app.definition(kind).executor == "process"
              else kind for kind in sorted(runner.app.tasks)]
     log.info("worker %s started: %d threads on %s, kinds %s", runner.worker_id, runner.workers,

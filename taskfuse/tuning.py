@@ -24,3 +24,24 @@ def collect_rarely(threshold: int = 50_000) -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+@contextmanager
+def worker_heap(threshold: int = 50_000) -> Iterator[None]:
+    """A worker process's heap, once its runner has started: what is alive then (modules,
+    the app, the runner's roles) is moved out of the collector's sight (`gc.freeze`), and
+    collections run rarely (`collect_rarely`'s threshold).
+
+    A worker with thousands of attempts in flight holds a context, a record and a coroutine
+    or a thread for each: full collections rescanned all of it 7 to 11 times in a round of
+    30,000 calls at 10,000 in flight, up to 0.73 s each with every thread paused (1.8 to
+    4.1 s a round); frozen and rarer, the calls ran 23 % faster (three alternating pairs).
+    Undone on exit (unfrozen, thresholds restored).
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        with collect_rarely(threshold):
+            yield
+    finally:
+        gc.unfreeze()

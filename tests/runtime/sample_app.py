@@ -32,3 +32,11 @@ def stubborn(ctx: TaskContext, payload: float) -> str:
 @app.task("reject", max_retry=0)
 def reject(ctx: TaskContext, payload: Any) -> None:
     raise TaskError("bad_params", f"cannot use {payload!r}")
+
+
+@app.task("heap")
+def heap(ctx: TaskContext, payload: Any) -> dict[str, int]:
+    """The collector's settings in the worker process, as a task sees them."""
+    import gc
+
+    return {"threshold": gc.get_threshold()[0], "frozen": gc.get_freeze_count()}
