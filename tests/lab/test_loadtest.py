@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: How far a real run may be from its simulation on the compared counts and makespan.
 TOLERANCE = 0.25
 SCALE = 0.2
+SHARED_SCALE = 1.0
 
 # 300 tasks on 20 workers through a pool of 4 and a partner limited to 20 requests/s:
 # demand is well above the limit, so the partner answers 429s that the client retries.
@@ -224,7 +225,10 @@ def test_business_traffic_on_a_shared_pool_writes_the_same_trace_and_report(
     sc = scenario(SHARED)
     sim = run_scenario(sc).report
     trace = tmp_path / "real.trace"
-    result = run_loadtest(sc, time_scale=SCALE, trace=trace)
+    # In real time: each of the 60 tasks holds the pool, so a busy machine's few
+    # milliseconds per task add up along 20 rounds of 3, and at SCALE (5 x faster) they
+    # read 5 x longer in scenario time: the makespan came out +26 % beside other work.
+    result = run_loadtest(sc, time_scale=SHARED_SCALE, trace=trace)
     real = result.report
     assert set(sim) <= set(real)  # the simulator's report keys, plus `loadtest`
     assert real["finished"] and real["tasks"]["SUCCESS"] == 60
@@ -236,7 +240,7 @@ def test_business_traffic_on_a_shared_pool_writes_the_same_trace_and_report(
     assert real["downstreams"]["partner"]["max_in_flight"] <= 3  # the bulkhead held
     tr = read_trace(trace)
     assert tr.complete and tr.header["source"] == "loadtest"
-    assert tr.header["meta"]["time_scale"] == SCALE
+    assert tr.header["meta"]["time_scale"] == SHARED_SCALE
     t, in_use = tr.series("pool.shared.in_use")
     assert in_use.max() <= 3 and t[-1] == pytest.approx(real["sim_time_s"], rel=0.1)
     assert set(tr.series_names) == set(read_series_of_simulation(sc, tmp_path))
