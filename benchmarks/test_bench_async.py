@@ -2,8 +2,9 @@
 
 * calls: N tasks, each awaiting one 1 s call to a local HTTP server (asyncio, in a process
   of its own, over real sockets on 127.0.0.1), IN_FLIGHT = 4,000 at once: the async kind
-  with `async_concurrency` 4,000, the thread kind with 4,000 worker threads. Two clients:
-  httpx (`AsyncClient` / `Client`, SHARDS of them), and a bare socket per call (asyncio
+  with `async_concurrency` 4,000, the thread kind with 4,000 worker threads. Three clients:
+  a pooled keep-alive connection (`benchmarks.keepalive`, as any HTTP client keeps one),
+  httpx (`AsyncClient` / `Client`, SHARDS of them), and a new socket per call (asyncio
   streams / `socket`); and a 1 s sleep standing in for the call (as issue 24's table),
   which shows the runtime's own cost without a client's or a server's. Ideal rate:
   IN_FLIGHT / 1 s.
@@ -42,6 +43,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+from benchmarks.keepalive import KeepAlive, SyncKeepAlive, request
 from benchmarks.test_bench_stores import PG_URL, _drop_schema, _need
 from taskfuse.limits.schema import Limits
 from taskfuse.runtime import App, Runner
@@ -60,8 +62,8 @@ NOOP_WORKERS = 4
 _CHUNK = 2_000
 #: httpx costs ~4 ms of CPU per request on a contended 2-core machine (91 tasks/s with 2,000
 #: in flight): a round takes minutes, so it runs only when asked for.
-CLIENTS = ["sleep", "socket"] + (["httpx"] if os.environ.get("TASKFUSE_BENCH_ASYNC_HTTPX")
-                                 else [])
+CLIENTS = ["sleep", "keepalive", "socket"] + (
+    ["httpx"] if os.environ.get("TASKFUSE_BENCH_ASYNC_HTTPX") else [])
 #: httpx's connection pool scans its connections at every request (quadratic in them), so
 #: 4,000 connections in one client cost more CPU than the rest of the task: the tasks share
 #: SHARDS clients of about 8 connections each, picked by task id, on both sides alike.
@@ -82,6 +84,8 @@ class Clients:
 
     @classmethod
     def fresh(cls, executor: str) -> None:
+        KeepAlive.fresh()
+        SyncKeepAlive.fresh()
         tls = ssl.create_default_context()  # one (plain http): a context each costs ~30 ms
         if executor == "async":
             cls.aio = [httpx.AsyncClient(timeout=30, verify=tls) for _ in range(SHARDS)]
@@ -121,6 +125,10 @@ def make_app(executor: str) -> App:
             writer.close()
             return int(head.split(b" ", 2)[1])
 
+        @app.task("kcall")
+        async def kcall_async(ctx: Any, payload: Any) -> int:
+            return await KeepAlive.call()
+
         @app.task("noop")
         async def noop_async(ctx: Any, payload: Any) -> None:
             return None
@@ -145,6 +153,10 @@ def make_app(executor: str) -> App:
                     head += sock.recv(4096)
             return int(head.split(b" ", 2)[1])
 
+        @app.task("kcall")
+        def kcall_thread(ctx: Any, payload: Any) -> int:
+            return SyncKeepAlive.call()
+
         @app.task("noop")
         def noop_thread(ctx: Any, payload: Any) -> None:
             return None
@@ -159,6 +171,8 @@ APPS = {"async": make_app("async"), "thread": make_app("thread")}
 def server() -> Any:
     with aioserver_process() as url:
         Clients.url = url
+        KeepAlive.port = SyncKeepAlive.port = Clients.port()
+        KeepAlive.request = SyncKeepAlive.request = request(CALL_S)
         yield url
 
 
@@ -217,6 +231,10 @@ class Rig:
 
     def close(self) -> None:
         self.heap.close()
+        pool = getattr(KeepAlive, "current", None)
+        if pool is not None:  # on the runner's loop, while it runs
+            pool.close_from_outside()
+        SyncKeepAlive.close()
         if self.runner is not None:
             self.runner.shutdown(5.0)
             close = getattr(self.runner.store, "close", None)
@@ -266,7 +284,7 @@ def test_calls_in_flight(benchmark, server, store: str, client: str, executor: s
     benchmark.group = (f"async: {N} tasks x one {CALL_S:g}s call ({client}), {IN_FLIGHT} in "
                        f"flight ({store})")
     workers = 4 if executor == "async" else IN_FLIGHT
-    kind = {"sleep": "wait", "httpx": "call", "socket": "raw"}[client]
+    kind = {"sleep": "wait", "httpx": "call", "socket": "raw", "keepalive": "kcall"}[client]
     measure(benchmark, Rig(store, executor, kind, N, workers), IN_FLIGHT / CALL_S)
 
 

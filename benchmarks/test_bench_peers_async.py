@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections import deque
 from typing import Any, ClassVar
 
 import pytest
@@ -59,6 +58,7 @@ pytest.importorskip("procrastinate", reason="procrastinate not installed: make b
 
 # pgqueuer reads its schema from the environment once per process: the no-op peers file and
 # this one share its name (dropped and installed again before each round).
+from benchmarks.keepalive import KeepAlive, request
 from benchmarks.test_bench_async import Rig
 from benchmarks.test_bench_peers import PGQ_SCHEMA
 from benchmarks.test_bench_stores import PG_URL, _drop_schema, _need
@@ -79,69 +79,8 @@ PROC_POOL = 20
 WARM = bool(os.environ.get("TASKFUSE_BENCH_PEERS_WARM"))
 GROUP = (f"peers async on PostgreSQL: {N} tasks x one {CALL_S:g}s HTTP call, {IN_FLIGHT} "
          f"in flight{', warm connections' if WARM else ''}")
-_REQUEST = f"GET /sleep/{CALL_S} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n".encode()
+KeepAlive.request = request(CALL_S)
 
-
-class KeepAlive:
-    """One worker's keep-alive connections to the server (its event loop's), made fresh for
-    each round and closed on that loop after it, untimed."""
-
-    port = 0
-    current: ClassVar[KeepAlive]
-
-    def __init__(self) -> None:
-        self.idle: deque[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = deque()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.opened = 0
-        self.calls = 0
-        self.last = 0.0
-
-    @classmethod
-    def fresh(cls) -> KeepAlive:
-        cls.current = cls()
-        return cls.current
-
-    @classmethod
-    async def call(cls) -> int:
-        """The task every queue runs: one GET over a pooled connection; its status code."""
-        pool = cls.current
-        if pool.idle:
-            reader, writer = pool.idle.pop()
-        else:
-            pool.loop = asyncio.get_running_loop()
-            reader, writer = await asyncio.open_connection("127.0.0.1", cls.port)
-            pool.opened += 1
-        writer.write(_REQUEST)
-        head = await reader.readuntil(b"\r\n\r\n")
-        await reader.readexactly(2)
-        pool.idle.append((reader, writer))
-        pool.calls += 1
-        pool.last = time.perf_counter()
-        return int(head[9:12])
-
-    async def warm(self, n: int) -> None:
-        """Open n connections (in steps of 500, as a pool filling would) and keep them idle."""
-        self.loop = asyncio.get_running_loop()
-        for at in range(0, n, 500):
-            pairs = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", self.port)
-                                           for _ in range(min(500, n - at))))
-            self.idle.extend(pairs)
-            self.opened += len(pairs)
-
-    def warm_on(self, loop: asyncio.AbstractEventLoop) -> None:
-        """`warm` on another thread's running loop (taskfuse's), when WARM is asked for."""
-        if WARM:
-            asyncio.run_coroutine_threadsafe(self.warm(IN_FLIGHT), loop).result(300)
-
-    async def aclose(self) -> None:
-        while self.idle:
-            self.idle.pop()[1].close()
-        await asyncio.sleep(0)
-
-    def close_from_outside(self) -> None:
-        """Close the connections on their loop while it still runs (taskfuse's loop thread)."""
-        if self.loop is not None and self.loop.is_running():
-            asyncio.run_coroutine_threadsafe(self.aclose(), self.loop).result(60)
 
 
 def make_app() -> App:
@@ -207,7 +146,8 @@ class TaskfuseRig(Rig):
         self.pool = KeepAlive.fresh()
         if self.kind == "call":
             assert self.runner is not None and self.runner.aio is not None
-            self.pool.warm_on(self.runner.aio.loop)
+            if WARM:
+                self.pool.warm_on(self.runner.aio.loop, IN_FLIGHT)
 
     def drain(self) -> None:
         """`Rig.drain`'s timed part alone (submission to the last commit), so that what the
