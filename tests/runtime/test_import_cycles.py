@@ -2,47 +2,37 @@
 
 Every import of a runtime module by another counts, at module level or inside a function
 (a lazy import is a circle put off, not removed); only imports under `if TYPE_CHECKING:`
-(annotations, never run) are left out. The circle, if any, is named in the failure.
+(annotations, never run) are left out: the project's one import graph
+(tests/test_import_cycles.py), read for the runtime's own layering. The circle, if any, is
+named in the failure.
 """
 
 from __future__ import annotations
 
-import ast
 import graphlib
 import re
 from pathlib import Path
 
 import taskfuse.runtime
+from tests.test_import_cycles import import_graph
 
 RUNTIME = Path(taskfuse.runtime.__file__).parent
 PACKAGE = "taskfuse.runtime"
 
 
-def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
-    """Runtime modules imported by `tree`, outside `if TYPE_CHECKING:` blocks."""
-    found: set[str] = set()
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module is not None:
-            if node.module == PACKAGE:  # from taskfuse.runtime import calls (or a name)
-                found |= {a.name if a.name in modules else "__init__" for a in node.names}
-            elif node.module.startswith(PACKAGE + "."):
-                found.add(node.module.split(".")[2])
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[2] for a in node.names
-                      if a.name.startswith(PACKAGE + ".")}
-        stack.extend(ast.iter_child_nodes(node))
-    return found
-
-
 def runtime_graph() -> dict[str, set[str]]:
-    modules = {p.stem for p in RUNTIME.glob("*.py")}
-    return {name: _imports(ast.parse((RUNTIME / f"{name}.py").read_text()), modules) - {name}
-            for name in modules}
+    """The runtime's part of the project's import graph (tests/test_import_cycles.py), by
+    module name within the package (`__init__` for the package's front)."""
+    prefix = PACKAGE + "."
+
+    def ours(name: str) -> bool:
+        return name == PACKAGE or name.startswith(prefix)
+
+    def short(name: str) -> str:
+        return "__init__" if name == PACKAGE else name.removeprefix(prefix)
+
+    return {short(name): {short(d) for d in deps if ours(d)} - {short(name)}
+            for name, deps in import_graph().items() if ours(name)}
 
 
 def test_the_runtime_has_no_import_circle() -> None:
