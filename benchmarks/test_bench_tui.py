@@ -72,11 +72,8 @@ def _open(path: Path) -> TraceModel:
 
 def _loaded(path: Path) -> TraceModel:
     src = TraceSource.open(path)
-    model = TraceModel(src.header)
     assert src.first is not None
-    model.add_samples(src.first.times, src.first.rows)
-    while (chunk := src.decode_next()) is not None:
-        model.add_events(chunk, src.pending_frames)
+    model = TraceModel.of_source(src)
     return model
 
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from taskfuse.core.states import BatchStatus, TaskStatus, derive_batch_status
 from taskfuse.trace import BREAKER_CODES
 from tui.taskindex import STATES, AlertRow, EventChunk, TaskIndex
+
+if TYPE_CHECKING:
+    from tui.sources import TraceSource
 
 TERMINAL_STATES: tuple[str, ...] = STATES[2:]
 BREAKER_NAMES: dict[int, str] = {code: name for name, code in BREAKER_CODES.items()}
@@ -375,6 +378,17 @@ class TraceModel:
         self.pending_frames = 0
         self.event_bytes = 0  # bytes of event frames located so far
         self.pending_bytes = 0  # of those, not decoded yet
+
+    @classmethod
+    def of_source(cls, src: TraceSource) -> TraceModel:
+        """A model of everything `src` holds now, read at once: a script's, a test's or a
+        benchmark's way (the app reads it in rounds, off its UI thread)."""
+        model = cls(src.header)
+        if src.first is not None:
+            model.add_samples(src.first.times, src.first.rows)
+        while (chunk := src.decode_next()) is not None:
+            model.add_events(chunk, src.pending_frames)
+        return model
 
     def add_samples(self, times: np.ndarray, rows: np.ndarray) -> None:
         self.timeline.append(times, rows)

@@ -15,11 +15,8 @@ def test_a_simulation_cut_in_half_has_its_timeline_up_to_the_cut(
     cut = tmp_path / "cut.trace"
     cut.write_bytes(whole[: len(whole) // 2])
     src = TraceSource.open(cut, follow=True)
-    model = TraceModel(src.header)
     assert src.first is not None
-    model.add_samples(src.first.times, src.first.rows)
-    while (chunk := src.decode_next()) is not None:
-        model.add_events(chunk, src.pending_frames)
+    model = TraceModel.of_source(src)
     last_event = model.tasks.last_t
     assert last_event is not None and model.timeline.n > 0
     # samples reach the time of the events read: the dashboard shows the run up to the cut

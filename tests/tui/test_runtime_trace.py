@@ -65,11 +65,8 @@ def test_a_worker_traces_its_own_running_and_the_monitor_counts_its_batches(
     assert run.max() == A_THREADS and (limit == A_THREADS).all()  # never 8/2
 
     src = TraceSource.open(path)
-    model = TraceModel(src.header)
     assert src.first is not None
-    model.add_samples(src.first.times, src.first.rows)
-    while (chunk := src.decode_next()) is not None:
-        model.add_events(chunk, src.pending_frames)
+    model = TraceModel.of_source(src)
     assert model.meta.title == "sync on host-a:1"
     (batch,) = model.snapshot(model.span[1]).batches
     done_here = sum(1 for e in trace.events(kind="move") if e.dst == "SUCCESS")
@@ -111,10 +108,7 @@ def test_a_task_an_operator_retried_is_pending_again_in_the_trace(tmp_path: Path
     submits = list(read_trace(path).events(kind="submit"))
     assert [e.task_id for e in submits] == [task.task_id] * 2  # submitted, then reopened
     src = TraceSource.open(path)
-    model = TraceModel(src.header)
     assert src.first is not None
-    model.add_samples(src.first.times, src.first.rows)
-    while (chunk := src.decode_next()) is not None:
-        model.add_events(chunk, src.pending_frames)
+    model = TraceModel.of_source(src)
     (batch,) = model.snapshot(model.span[1]).batches
     assert batch.counts["PENDING"] == 1 and batch.counts["FAILED"] == 0

@@ -162,11 +162,8 @@ def test_meta_derives_names_from_series_when_meta_is_missing() -> None:
 
 def _model(inc: Incident) -> TraceModel:
     src = TraceSource.open(inc.path)
-    model = TraceModel(src.header)
     assert src.first is not None
-    model.add_samples(src.first.times, src.first.rows)
-    while (chunk := src.decode_next()) is not None:
-        model.add_events(chunk, src.pending_frames)
+    model = TraceModel.of_source(src)
     return model
 
 
