@@ -19,6 +19,7 @@ The order of a run, and why:
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import multiprocessing
 import random
@@ -61,6 +62,7 @@ from taskfuse.runtime.sweeper import run_sweeper
 from taskfuse.store import open_store, redact_url
 from taskfuse.store.memory import MemoryStore
 from taskfuse.trace import TraceWriter, compact
+from taskfuse.tuning import worker_heap
 
 #: `workers: unbounded` (open loop) becomes this many worker threads at most: the retry
 #: storm holds some 2,500 calls at once during its outage, and a blocked thread costs memory,
@@ -231,6 +233,7 @@ class LoadTest:
         self._compiled = 0
         self.makers = [self._task_factory(batch) for batch in self.scaled.batches]
         self.threads_peak = 0  # threads of this process at once, sampled (the report's)
+        self.heap_threshold: int | None = None  # the collector's, while the run ran
         self.runner = Runner(self.app, self.store, workers=self.workers, worker_id="loadtest",
                              sinks=[self.sink], stuck_after_s=STUCK_AFTER_REAL_S,
                              waits=TimedWaits(self.harness))
@@ -348,6 +351,11 @@ class LoadTest:
         self.runner.wait_settled(SETTLE_TIMEOUT_S)
         if self.async_kinds:
             self._warm_async()
+        # The heap as `taskfuse worker` keeps its own: a full collection pauses every thread,
+        # and with thousands of attempts in flight it rescans them all, a pause a real worker
+        # does not take.
+        stack.enter_context(worker_heap())
+        self.heap_threshold = gc.get_threshold()[0]
         self.clock.restart()
         self.servers.begin(self.clock.t0_wall)
         for batch in self.scaled.batches:
@@ -448,6 +456,7 @@ class LoadTest:
                                  self.app.definition(kind).executor)
                           for kind in sorted(self.app.tasks)},
             "threads_peak": self.threads_peak,
+            "gc_threshold": self.heap_threshold,
             "loop_lag_max_s": (round(self.clock.scenario(self.runner.loop_lag()[1]), 6)
                                if self.async_kinds else None),
             "servers": server_stats,

@@ -57,6 +57,7 @@ def test_an_async_kind_runs_on_the_event_loop_with_far_fewer_threads_than_calls(
     assert extra["executors"] == {"sync": "async"}
     assert extra["workers"] == 1  # no kind runs on a thread: one idle worker thread
     assert extra["loop_lag_max_s"] is not None
+    assert extra["gc_threshold"] == 50_000  # the heap as `taskfuse worker` keeps it
     got, want = real["downstreams"]["partner"], simulated["downstreams"]["partner"]
     assert real["tasks"]["SUCCESS"] == simulated["tasks"]["SUCCESS"] == 400
     assert got["calls"] == want["calls"] == 800
