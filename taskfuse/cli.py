@@ -478,8 +478,8 @@ def _serve_metrics(runner: Runner, args: argparse.Namespace) -> MetricsServer | 
 
 
 def _run_worker(runner: Any, args: argparse.Namespace, stop: threading.Event) -> None:
-    runner.start()
     with worker_heap():  # this process is the worker's own (taskfuse.tuning)
+        runner.start()
         _serve_until_stopped(runner, args, stop)
 
 

@@ -28,9 +28,10 @@ def collect_rarely(threshold: int = 50_000) -> Iterator[None]:
 
 @contextmanager
 def worker_heap(threshold: int = 50_000) -> Iterator[None]:
-    """A worker process's heap, once its runner has started: what is alive then (modules,
-    the app, the runner's roles) is moved out of the collector's sight (`gc.freeze`), and
-    collections run rarely (`collect_rarely`'s threshold).
+    """A worker process's heap, once its runner is built: what is alive then (modules, the
+    app, the runner's roles) is moved out of the collector's sight (`gc.freeze`), and
+    collections run rarely (`collect_rarely`'s threshold). Enter it before the runner
+    starts, so every attempt runs inside it.
 
     A worker with thousands of attempts in flight holds a context, a record and a coroutine
     or a thread for each: full collections rescanned all of it 7 to 11 times in a round of
