@@ -50,10 +50,15 @@ def test_wait_for_a_batch_and_a_lone_task_ended_by_other_processes(backend) -> N
     assert (got.done, got.status, got.counts[TaskStatus.SUCCESS]) == (True, "ALL_SUCCESS", 400)
     assert time.time() >= ended_last  # it did not answer before the end
     # no batch, held back 2 s: it ends while we wait for it (the workers idle 5 s first)
-    sched.submit(TaskSpec("effect", task_id="lone", not_before=time.time() + 2.0), time.time())
+    not_before = time.time() + 2.0
+    sched.submit(TaskSpec("effect", task_id="lone", not_before=not_before), time.time())
     lone = wait(store, "lone", 120.0, idle_check_s=IDLE_CHECK_S)
     assert (lone.done, lone.status) == (True, "SUCCESS")
-    assert 2.0 <= lone.waited_s < IDLE_CHECK_S  # woken by the store, not by the idle check
+    # it ran no sooner than it was held to, and the wait (begun a moment after the submit,
+    # so its own count may read a hair under 2 s) saw it end at once
+    assert lone.task is not None and lone.task.started_at >= not_before
+    assert time.time() >= lone.task.finished_at
+    assert lone.waited_s < IDLE_CHECK_S  # woken by the store, not by the idle check
     _join(workers, 120)
     store.close()
 
