@@ -259,10 +259,16 @@ def test_sigterm_releases_unfinished_tasks_to_pending(capsys, db) -> None:
 
 
 def test_second_signal_exits_at_once(capsys, db) -> None:
-    task_id = submit(capsys, db, "stubborn", "--payload", "30")["task"]["task_id"]
+    began = Path(db.removeprefix("sqlite:///")).with_name("began")
+    payload = json.dumps({"s": 30, "began": str(began)})
+    task_id = submit(capsys, db, "stubborn", "--payload", payload)["task"]["task_id"]
     proc = _start_worker(db, "--workers", "1", "--grace", "60")
     try:
         _wait_running(db, 1, proc)
+        end = time.monotonic() + WAIT_S  # its code runs: a claim still in the buffer would
+        while not began.exists():  # be released at once, the worker gone before the 2nd
+            assert proc.poll() is None and time.monotonic() < end, "the task never began"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from taskfuse.runtime import App, TaskContext, TaskError
@@ -23,8 +24,13 @@ def nap(ctx: TaskContext, payload: float) -> str:
 
 
 @app.task("stubborn", timeout=60)
-def stubborn(ctx: TaskContext, payload: float) -> str:
-    """Ignores its context: only a second signal gets the worker process out."""
+def stubborn(ctx: TaskContext, payload: Any) -> str:
+    """Ignores its context: only a second signal gets the worker process out. A payload
+    {"s": seconds, "began": path} writes `path` first: a test's sign that its code runs
+    (RUNNING in the store is already true of a claimed task still in the buffer)."""
+    if isinstance(payload, dict):
+        Path(payload["began"]).touch()
+        payload = payload["s"]
     time.sleep(payload)
     return "done"
 
