@@ -142,31 +142,16 @@ class TaskfuseRig(Rig):
         self.end = 0.0
 
     def fresh(self) -> None:
-        super().fresh()
-        self.pool = KeepAlive.fresh()
+        super().fresh()  # a fresh keep-alive pool too (`Clients.fresh`), closed by `close`
+        self.pool = KeepAlive.current
         if self.kind == "call":
             assert self.runner is not None and self.runner.aio is not None
             if WARM:
                 self.pool.warm_on(self.runner.aio.loop, IN_FLIGHT)
 
     def drain(self) -> None:
-        """`Rig.drain`'s timed part alone (submission to the last commit), so that what the
-        rig adds after it stays out of this file's timing."""
-        runner = self.runner
-        assert runner is not None
-        cpu, mine = time.process_time(), time.thread_time()
-        spec = self.app.spec(self.kind)
-        for at in range(0, self.n, _CHUNK):
-            runner.submit_many([spec] * min(_CHUNK, self.n - at))
-        mine = time.thread_time() - mine
-        assert runner.join(600)
+        super().drain()
         self.end = time.perf_counter()
-        self.cpu.append(time.process_time() - cpu - mine)
-        assert runner.stats.completed == self.n and runner.stats.failed == 0
-
-    def close(self) -> None:
-        self.pool.close_from_outside()
-        super().close()
 
 
 class PeerRig:
