@@ -107,6 +107,32 @@ class SyncKeepAlive:
         return int(data[9:12])
 
     @classmethod
+    def warm(cls, n: int) -> None:
+        """Open n sockets and keep them idle (untimed, before a round)."""
+        cls.idle.extend(socket.create_connection(("127.0.0.1", cls.port)) for _ in range(n))
+
+    @classmethod
     def close(cls) -> None:
         while cls.idle:
             cls.idle.pop().close()
+
+
+async def bare_calls(n: int, in_flight: int) -> None:
+    """No queue at all: n calls on the running loop, `in_flight` at once under a semaphore,
+    each task made when a slot frees (the floor of the call path: this client and server on
+    this machine, which a queue's rate is read against)."""
+    room = asyncio.Semaphore(in_flight)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one() -> None:
+        try:
+            await KeepAlive.call()
+        finally:
+            room.release()
+
+    for _ in range(n):
+        await room.acquire()
+        task = asyncio.create_task(one())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)

@@ -9,6 +9,9 @@
   which shows the runtime's own cost without a client's or a server's. Ideal rate:
   IN_FLIGHT / 1 s.
 * no-op: N_NOOP tasks that do nothing, async (on the loop) beside threads (4 workers).
+* bare loop: the keep-alive calls with no queue at all, IN_FLIGHT at once on one asyncio
+  loop (`keepalive.bare_calls`): the floor this client and server leave on this machine.
+  The keep-alive rounds report `pct_of_bare` against it (it runs first).
 
 Every round starts a Runner on an empty store and waits until its threads are up (untimed),
 then times the submission of the tasks (in chunks, as a producer would) until the last
@@ -24,6 +27,8 @@ CPU per task on every store; async no-op no slower than thread no-op.
     python -m pytest benchmarks/test_bench_async.py --benchmark-only
     TASKFUSE_BENCH_ASYNC_N=40000 python -m pytest benchmarks/test_bench_async.py ...
     TASKFUSE_BENCH_ASYNC_HTTPX=1 ...     # the httpx client too (slow: minutes a round)
+    TASKFUSE_BENCH_ASYNC_WARM=1 ...      # keep-alive pools start with IN_FLIGHT open
+                                         # connections (untimed), for every round alike
     TASKFUSE_BENCH_HEAP=plain ...        # the interpreter's collector settings (default:
                                          # the worker command's, taskfuse.tuning.worker_heap)
 """
@@ -43,7 +48,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from benchmarks.keepalive import KeepAlive, SyncKeepAlive, request
+from benchmarks.keepalive import KeepAlive, SyncKeepAlive, bare_calls, request
 from benchmarks.test_bench_stores import PG_URL, _drop_schema, _need
 from taskfuse.limits.schema import Limits
 from taskfuse.runtime import App, Runner
@@ -57,6 +62,9 @@ N = int(os.environ.get("TASKFUSE_BENCH_ASYNC_N", "20000"))
 #: "worker": the heap as `taskfuse worker` keeps it (frozen after start, rare collections);
 #: "plain": the interpreter's defaults, as a Runner embedded in another program has them.
 HEAP = os.environ.get("TASKFUSE_BENCH_HEAP", "worker")
+#: Every keep-alive pool starts the round with IN_FLIGHT open connections (opened untimed):
+#: without the first wave's 4,000 connects, which cost this client seconds (module doc).
+WARM = bool(os.environ.get("TASKFUSE_BENCH_ASYNC_WARM"))
 N_NOOP = int(os.environ.get("TASKFUSE_BENCH_ASYNC_NOOP", "5000"))
 NOOP_WORKERS = 4
 _CHUNK = 2_000
@@ -206,6 +214,12 @@ class Rig:
             store = open_store(url)
         self.runner = Runner(self.app, store, workers=self.workers, heartbeat_s=10.0).start()
         assert self.runner.wait_settled(120)
+        if WARM and self.kind == "kcall":
+            if self.executor == "async":
+                assert self.runner.aio is not None
+                KeepAlive.current.warm_on(self.runner.aio.loop, IN_FLIGHT)
+            else:
+                SyncKeepAlive.warm(IN_FLIGHT)
         if HEAP == "worker":  # as `taskfuse worker` runs its process (taskfuse.tuning)
             self.heap.enter_context(worker_heap())
 
@@ -246,6 +260,44 @@ class Rig:
             self.schema = ""
 
 
+class BareLoop:
+    """No queue at all: the same N keep-alive calls on one asyncio loop, IN_FLIGHT at once
+    (`bare_calls`): the floor this client and server leave on this machine."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.cpu: list[float] = []
+        self.steady: list[float] = []
+
+    def fresh(self) -> None:
+        self.close()
+        self.loop = asyncio.new_event_loop()
+        pool = KeepAlive.fresh()
+        if WARM:
+            self.loop.run_until_complete(pool.warm(IN_FLIGHT))
+
+    def drain(self) -> None:
+        assert self.loop is not None
+        cpu = time.process_time()
+        self.loop.run_until_complete(bare_calls(self.n, IN_FLIGHT))
+        self.cpu.append(time.process_time() - cpu)
+        assert KeepAlive.current.calls == self.n
+
+    def read_steady(self) -> None:
+        return None
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.run_until_complete(KeepAlive.current.aclose())
+            self.loop.close()
+            self.loop = None
+
+
+#: The bare loop's rate in this run, read by the keep-alive rounds (`pct_of_bare`).
+BARE: dict[str, float] = {}
+
+
 def steady_rate(tasks: list[Any], call_s: float) -> float | None:
     """Ends per second from one call's length after the last submission to one before the
     last end (module doc); None when the round is too short to have such a part."""
@@ -257,7 +309,7 @@ def steady_rate(tasks: list[Any], call_s: float) -> float | None:
     return sum(lo <= end < hi for end in ends) / (hi - lo)
 
 
-def measure(benchmark: Any, rig: Rig, ideal: float | None = None) -> None:
+def measure(benchmark: Any, rig: Rig | BareLoop, ideal: float | None = None) -> None:
     try:
         benchmark.pedantic(rig.drain, setup=rig.fresh, rounds=1, iterations=1)
         rig.read_steady()
@@ -276,6 +328,14 @@ def measure(benchmark: Any, rig: Rig, ideal: float | None = None) -> None:
             benchmark.extra_info["steady_pct_of_ideal"] = round(100 * steady / ideal, 1)
 
 
+def test_bare_loop(benchmark, server) -> None:
+    """The keep-alive calls with no queue: what the runtimes' keep-alive rounds read against."""
+    benchmark.group = (f"async: {N} tasks x one {CALL_S:g}s call (keepalive), {IN_FLIGHT} in "
+                       f"flight, no queue{', warm' if WARM else ''}")
+    measure(benchmark, BareLoop(N), IN_FLIGHT / CALL_S)
+    BARE["rate"] = benchmark.extra_info["tasks_per_s"]
+
+
 @pytest.mark.parametrize("executor", ["async", "thread"])
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
@@ -286,6 +346,9 @@ def test_calls_in_flight(benchmark, server, store: str, client: str, executor: s
     workers = 4 if executor == "async" else IN_FLIGHT
     kind = {"sleep": "wait", "httpx": "call", "socket": "raw", "keepalive": "kcall"}[client]
     measure(benchmark, Rig(store, executor, kind, N, workers), IN_FLIGHT / CALL_S)
+    if client == "keepalive" and "rate" in BARE:
+        benchmark.extra_info["pct_of_bare"] = round(
+            100 * benchmark.extra_info["tasks_per_s"] / BARE["rate"], 1)
 
 
 @pytest.mark.parametrize("executor", ["async", "thread"])

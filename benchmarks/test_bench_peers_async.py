@@ -58,7 +58,7 @@ pytest.importorskip("procrastinate", reason="procrastinate not installed: make b
 
 # pgqueuer reads its schema from the environment once per process: the no-op peers file and
 # this one share its name (dropped and installed again before each round).
-from benchmarks.keepalive import KeepAlive, request
+from benchmarks.keepalive import KeepAlive, bare_calls, request
 from benchmarks.test_bench_async import Rig
 from benchmarks.test_bench_peers import PGQ_SCHEMA
 from benchmarks.test_bench_stores import PG_URL, _drop_schema, _need
@@ -223,21 +223,7 @@ class BareRig(PeerRig):
         return None
 
     async def work(self) -> None:
-        room = asyncio.Semaphore(IN_FLIGHT)
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def one() -> None:
-            try:
-                await KeepAlive.call()
-            finally:
-                room.release()
-
-        for _ in range(N):
-            await room.acquire()
-            task = asyncio.create_task(one())
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        await asyncio.gather(*tasks)
+        await bare_calls(N, IN_FLIGHT)
 
 
 class PgQueuerRig(PeerRig):
