@@ -91,9 +91,14 @@ class Clients:
         return int(cls.url.rsplit(":", 1)[1])
 
     @classmethod
-    def fresh(cls, executor: str) -> None:
+    def fresh(cls, executor: str, kind: str) -> None:
+        """Fresh pools for a round; httpx's clients only for its rounds (`call`): 500 of
+        them cost seconds to build and would only be thrown away."""
         KeepAlive.fresh()
         SyncKeepAlive.fresh()
+        if kind != "call":
+            cls.aio, cls.sync = [], []
+            return
         tls = ssl.create_default_context()  # one (plain http): a context each costs ~30 ms
         if executor == "async":
             cls.aio = [httpx.AsyncClient(timeout=30, verify=tls) for _ in range(SHARDS)]
@@ -200,7 +205,7 @@ class Rig:
 
     def fresh(self) -> None:
         self.close()
-        Clients.fresh(self.executor)
+        Clients.fresh(self.executor, self.kind)
         if self.store_kind == "memory":
             store: Any = MemoryStore()
         else:
