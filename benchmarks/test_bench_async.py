@@ -193,8 +193,10 @@ class Rig:
     """One store per round; a round submits `n` tasks of `kind` to a started runner and
     waits for the last commit (module doc)."""
 
-    def __init__(self, store_kind: str, executor: str, kind: str, n: int, workers: int) -> None:
+    def __init__(self, store_kind: str, executor: str, kind: str, n: int, workers: int,
+                 warm: int = 0) -> None:
         self.store_kind, self.kind, self.n, self.workers = store_kind, kind, n, workers
+        self.warm = warm  # keep-alive connections opened before each round (untimed)
         self.app, self.executor = APPS[executor], executor
         self.tmp = tempfile.mkdtemp(prefix="bench-async-")
         self.schema = ""
@@ -219,12 +221,11 @@ class Rig:
             store = open_store(url)
         self.runner = Runner(self.app, store, workers=self.workers, heartbeat_s=10.0).start()
         assert self.runner.wait_settled(120)
-        if WARM and self.kind == "kcall":
-            if self.executor == "async":
-                assert self.runner.aio is not None
-                KeepAlive.current.warm_on(self.runner.aio.loop, IN_FLIGHT)
-            else:
-                SyncKeepAlive.warm(IN_FLIGHT)
+        if self.warm and self.executor == "async":
+            assert self.runner.aio is not None
+            KeepAlive.current.warm_on(self.runner.aio.loop, self.warm)
+        elif self.warm:
+            SyncKeepAlive.warm(self.warm)
         if HEAP == "worker":  # as `taskfuse worker` runs its process (taskfuse.tuning)
             self.heap.enter_context(worker_heap())
 
@@ -350,7 +351,8 @@ def test_calls_in_flight(benchmark, server, store: str, client: str, executor: s
                        f"flight ({store})")
     workers = 4 if executor == "async" else IN_FLIGHT
     kind = {"sleep": "wait", "httpx": "call", "socket": "raw", "keepalive": "kcall"}[client]
-    measure(benchmark, Rig(store, executor, kind, N, workers), IN_FLIGHT / CALL_S)
+    warm = IN_FLIGHT if WARM and client == "keepalive" else 0
+    measure(benchmark, Rig(store, executor, kind, N, workers, warm), IN_FLIGHT / CALL_S)
     if client == "keepalive" and "rate" in BARE:
         benchmark.extra_info["pct_of_bare"] = round(
             100 * benchmark.extra_info["tasks_per_s"] / BARE["rate"], 1)

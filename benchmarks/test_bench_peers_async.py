@@ -136,18 +136,15 @@ class TaskfuseRig(Rig):
     """test_bench_async's rig on this file's app (`async_concurrency: 10000`)."""
 
     def __init__(self, kind: str) -> None:
-        super().__init__("postgres", "async", kind, N, WORKERS)
+        super().__init__("postgres", "async", kind, N, WORKERS,
+                         warm=IN_FLIGHT if WARM and kind == "call" else 0)
         self.app = APP
         self.pool = KeepAlive.fresh()
         self.end = 0.0
 
     def fresh(self) -> None:
-        super().fresh()  # a fresh keep-alive pool too (`Clients.fresh`), closed by `close`
+        super().fresh()  # a fresh keep-alive pool too (`Clients.fresh`), warmed and closed
         self.pool = KeepAlive.current
-        if self.kind == "call":
-            assert self.runner is not None and self.runner.aio is not None
-            if WARM:
-                self.pool.warm_on(self.runner.aio.loop, IN_FLIGHT)
 
     def drain(self) -> None:
         super().drain()
