@@ -202,12 +202,6 @@ def _swap_params(new: Task, expected: int, claim_token: uuid.UUID | None = None)
     return {**swap_values(new, expected), "claim_token": claim_token}
 
 
-_SWAP_COLUMNS = ("task_id", "expected", "status", "version", "retry_count", "not_before",
-                 "started_at", "finished_at", "worker_id", "result", "error_kind", "error_msg",
-                 "heartbeat_at", "last_delay", "pending_since", "operator_retries",
-                 "operator_retried_at")
-
-
 def _same_write(stored: Task, new: Task) -> bool:
     """Whether `stored` is the record `new` a swap wrote (used after an unsure commit)."""
     return (
@@ -752,10 +746,10 @@ class PostgresStore(NamedQueryReads):
             ids = [moves[i][0].task_id for i in todo]
             terminal = all(moves[i][0].status in TERMINAL for i in todo)
             if terminal and len(set(ids)) == len(ids):  # the usual group: one statement
-                columns = {k: [params[i][k] for i in todo] for k in _SWAP_COLUMNS}
-                won = {r[0] for r in conn.execute(Q["swap_rows"], columns)}
+                rows = json.dumps([params[i] for i in todo])
+                lost = {r[0] for r in conn.execute(Q["swap_rows"], {"rows": rows})}
                 for i in todo:
-                    done[i] = moves[i][0].task_id in won
+                    done[i] = moves[i][0].task_id not in lost
                 return [done[i] for i in range(len(moves))]
             with conn.transaction():  # ticks due, or a task moved twice: one by one, in order
                 cur = conn.cursor()

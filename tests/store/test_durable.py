@@ -278,6 +278,27 @@ def test_swap_many_checks_each_move_on_its_own(store) -> None:
     assert store.swap_many([]) == []
 
 
+def test_a_group_of_ends_stores_every_field_exactly(store) -> None:
+    """The usual group (every move ends its task) is one statement: each record reads back
+    as written, floats to the last bit and text as given, and only the stale move loses."""
+    store.insert([T(f"t{i}") for i in range(4)])
+    t0, t1, t2, t3 = store.claim("w", 1764680000.1234567, 4)
+    assert store.swap(move(t3, TaskEvent.CANCEL, 1.5), t3.version)
+    moves = [
+        move(t0, TaskEvent.SUCCEED, 1764680001.0000002, result={"s": 'q"\\\n\u00e9\u2603'}),
+        move(t1, TaskEvent.FAIL, 0.1 + 0.2, error_kind="error",
+             error_msg="quote ' and \" and \\ and\ttab \U0001f600"),
+        move(t2, TaskEvent.SUCCEED, 5e-324, result=[1.0000000000000002, 2.5e-8]),
+        move(t3, TaskEvent.SUCCEED, 3.0),
+    ]
+    answers = store.swap_many([(m, old.version) for m, old in
+                               zip(moves, (t0, t1, t2, t3), strict=True)])
+    assert answers == [True, True, True, False]
+    for written in moves[:3]:
+        assert store.get(written.task_id) == written
+    assert store.get("t3").status is TaskStatus.CANCELED
+
+
 def test_swap_many_with_a_bad_result_writes_none_of_the_group(store) -> None:
     store.insert([T("a"), T("b")])
     a, b = store.claim("w", 1.0, 2)
