@@ -88,14 +88,18 @@ def rate_at(base: float, steps: list[tuple[float, float]], now: float) -> float:
     return rate
 
 
-def gated(program: Sequence[Step], scenario: Scenario) -> tuple[str, ...]:
-    """The downstreams with a breaker that a program calls: its tasks wait PENDING while one
-    of those breakers is open (the scheduler's gating), in the order first called."""
+def guarded(program: Sequence[Step], scenario: Scenario) -> tuple[str, ...]:
+    """The downstreams with a breaker or a bulkhead that a program calls, in the order first
+    called: a task's `downstreams`, as an app declares them. Its tasks wait PENDING while one
+    of those breakers is open (the scheduler's gating), and a claim brings none of them while
+    the bulkhead is full of tasks its worker holds (`claim_room`)."""
     names: list[str] = []
     for step in program:
         if isinstance(step, CallStep):
             name = step.call.downstream
-            if scenario.downstreams[name].client.breaker is not None and name not in names:
+            client = scenario.downstreams[name].client
+            if (client.breaker is not None or client.bulkhead is not None) \
+                    and name not in names:
                 names.append(name)
     return tuple(names)
 
@@ -113,8 +117,8 @@ class TaskFactory:
                  child_payloads: Sequence[Any], seed: int) -> None:
         self.batch = batch
         self.payload = payload
-        self.gated = gated(batch.program, scenario)
-        self.children = [(child, p, gated(child.program, scenario))
+        self.guarded = guarded(batch.program, scenario)
+        self.children = [(child, p, guarded(child.program, scenario))
                          for child, p in zip(batch.children, child_payloads, strict=True)]
         self._rng = random.Random(f"{seed}:children:{batch.id}")
         self.keyed = batch.duplicates > 0
@@ -123,11 +127,11 @@ class TaskFactory:
         b = self.batch
         tid = f"{b.id}-{i}"
         out = [TaskSpec(b.kind, self.payload, tid, b.id, None, tid if self.keyed else None, (),
-                        b.priority, b.max_retry, b.timeout_s, None, self.gated)]
-        for child, payload, child_gated in self.children:
+                        b.priority, b.max_retry, b.timeout_s, None, self.guarded)]
+        for child, payload, child_guarded in self.children:
             n = int(child.count.sampler(self._rng)() + 0.5)
             out += [TaskSpec(child.kind, payload, f"{tid}.{child.kind}{j}", b.id, None, None,
-                             (tid,), b.priority, b.max_retry, b.timeout_s, None, child_gated)
+                             (tid,), b.priority, b.max_retry, b.timeout_s, None, child_guarded)
                     for j in range(n)]
         return out
 

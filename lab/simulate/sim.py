@@ -42,6 +42,7 @@ from lab.scenario import (
 )
 from lab.simulate.client import Downstream
 from lab.simulate.coroutines import EventLoop
+from lab.simulate.holds import BulkheadHolds
 from lab.simulate.simstore import LabStore, StoreMetrics, TaskRecord
 from taskfuse.core.breaker import BreakerChange, CircuitBreaker
 from taskfuse.core.capacity import replaces_stuck, retires_on_return
@@ -204,6 +205,8 @@ class Simulation:
         self.pools = {name: Pool(self.env, name, spec) for name, spec in scenario.pools.items()}
         self.downstreams = {name: self._make_downstream(name, spec)
                             for name, spec in scenario.downstreams.items()}
+        #: What the claims hold of each bulkhead: a claim's room, as the runtime's claimer's.
+        self.holds = BulkheadHolds(self.scheduler.guards, scenario.claim_batch - 1)
         self.business = self._make_business()
         self.programs: list[Program] = []
         self.stats = RunStats()
@@ -375,15 +378,32 @@ class Simulation:
         self.workers.append(slot.proc)
         self.live += 1
 
+    def _claim(self, who: str, now: float, n: int, exclude: set[str]) -> Work | Idle:
+        """`Scheduler.claim` within the bulkheads' room (`BulkheadHolds`): no task of a
+        downstream whose bulkhead is full of held tasks, no more than the room left."""
+        holds = self.holds
+        full, room = holds.room()
+        answer = self.scheduler.claim(who, now, n if room is None else min(n, room), exclude,
+                                      also_blocked=full)
+        if answer.__class__ is Work:
+            holds.hold(answer.tasks)
+        return answer
+
+    def _let_go(self, task: Task) -> None:
+        """An attempt holds its bulkheads no more; wake an idle claimer if one was full."""
+        if self.holds.let_go(task) and self.idle:
+            self._wake(1)
+
     def worker(self, wid: str, slot: Slot) -> Generator[simpy.Event, Any, None]:
         env = self.env
-        claim = self.scheduler.claim
+        claim = self._claim if self.holds else self.scheduler.claim
         n = self.sc.claim_batch
         excluded = self.excluded
         handed = self.handed
         async_kinds = self.async_kinds
         sleeping: simpy.Event | None = None
         answer: Work | Idle
+        left: deque[Task] = deque()  # claimed, not yet begun (claim_batch > 1)
         try:
             while True:
                 if handed:  # claimed by the event loop's claimer for a thread
@@ -396,7 +416,9 @@ class Simulation:
                 if answer.__class__ is Work:
                     if self.idle:
                         self._wake(1)  # pass the baton: more may be claimable
-                    for task in answer.tasks:
+                    left.extend(answer.tasks)
+                    while left:
+                        task = left.popleft()
                         if async_kinds and task.kind in async_kinds:
                             if not self._to_loop(task):  # the loop is full: wait for room
                                 assert self.loop is not None  # async kinds run on it
@@ -419,6 +441,8 @@ class Simulation:
         except simpy.Interrupt:
             if sleeping is not None:
                 self.idle.pop(sleeping, None)
+            for task in left:  # a crashed worker's claimed-ahead tasks: orphans now
+                self._let_go(task)
             self.dead.add(slot.number)
             self.live -= 1
 
@@ -427,8 +451,9 @@ class Simulation:
         async kind on the event loop, when it has a slot)."""
         env = self.env
         async_kinds = self.async_kinds
+        claim = self._claim if self.holds else self.scheduler.claim
         while True:
-            answer = self.scheduler.claim("open", env.now, 10_000, self.excluded)
+            answer = claim("open", env.now, 10_000, self.excluded)
             if answer.__class__ is Work:
                 for task in answer.tasks:
                     if async_kinds and task.kind in async_kinds:
@@ -455,7 +480,7 @@ class Simulation:
         env = self.env
         loop = self.loop
         assert loop is not None
-        claim = self.scheduler.claim
+        claim = self._claim if self.holds else self.scheduler.claim
         excluded = self.excluded
         handed = self.handed
         async_kinds = self.async_kinds
@@ -584,11 +609,15 @@ class Simulation:
             if self.attempts.get(tid, (None, None))[1] is slot:
                 del self.attempts[tid]
             self._abandon(held)
+            if self.holds:
+                self._let_go(task)
             raise
         if slot.stuck:
             self._returned(task, slot)
         else:
             del self.attempts[tid]
+        if self.holds:
+            self._let_go(task)
         for entry in reversed(held):
             entry[1].release()
         answer = self.scheduler.complete(task, OK if error is None else Outcome.failure(error),
@@ -627,6 +656,8 @@ class Simulation:
 
     def _stuck(self, task: Task, slot: Slot) -> None:
         slot.stuck = True
+        if self.holds:  # a stuck attempt holds no bulkhead room (as in the runtime)
+            self._let_go(task)
         stats = self.stats
         stats.stuck_changed(self.env.now, +1)
         if task.kind not in self.overlap_kinds:
