@@ -17,44 +17,39 @@ nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+from taskfuse.core.bulkhead import Bulkhead
 from taskfuse.core.capacity import claim_room
 from taskfuse.core.guard import Guard
 from taskfuse.core.task import Task
-
-_NONE: frozenset[str] = frozenset()
 
 
 class BulkheadHolds:
     """Tasks held per bulkheaded downstream, and the room a claim has (module doc)."""
 
     def __init__(self, guards: dict[str, Guard], ahead: int) -> None:
-        #: The guards with a bulkhead: their limit is read at each claim (an adaptive one moves).
-        self._guards = {name: g for name, g in guards.items() if g.bulkhead is not None}
+        #: The downstreams' bulkheads: their limit is read at each claim (an adaptive one moves).
+        self._bulkheads: dict[str, Bulkhead[Any]] = {
+            name: g.bulkhead for name, g in guards.items() if g.bulkhead is not None}
         #: Tasks claimed ahead per worker (`claim_batch - 1`): the prefetch the rule allows for.
         self._ahead = ahead
-        self.held = dict.fromkeys(self._guards, 0)
+        self.held = dict.fromkeys(self._bulkheads, 0)
         self._attempts: set[tuple[str, int]] = set()
 
     def __bool__(self) -> bool:
-        return bool(self._guards)
+        return bool(self._bulkheads)
 
     def room(self) -> tuple[frozenset[str], int | None]:
         """Downstreams a claim must skip now, and the most tasks it may bring (None: any)."""
-        if not self._guards:
-            return _NONE, None
-        limits = {name: g.bulkhead.limit for name, g in self._guards.items()
-                  if g.bulkhead is not None}
+        limits = {name: b.limit for name, b in self._bulkheads.items()}
         return claim_room(limits, self.held, self._ahead)
 
     def hold(self, tasks: Iterable[Task]) -> None:
         """Claimed attempts: each counts against the bulkheads of the downstreams it calls."""
         held, attempts = self.held, self._attempts
         for task in tasks:
-            key = (task.task_id, task.version)
-            if key in attempts:
-                continue
-            attempts.add(key)
+            attempts.add((task.task_id, task.version))
             for name in task.downstreams:
                 if name in held:
                     held[name] += 1
